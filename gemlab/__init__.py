@@ -1,0 +1,34 @@
+"""gemlab: train LLM agents with RL on GEM environments through the Tinker API.
+
+The package follows the pipeline, one module per step:
+templates -> envs -> rollout -> returns (ReBN) -> datums -> training -> plots.
+"""
+
+from gemlab.backend import get_service_client
+from gemlab.config import Config, make_config
+from gemlab.datums import policy_gradient_datum, supervised_datum
+from gemlab.envs import make_envs
+from gemlab.returns import discounted_returns, normalize, rebn
+from gemlab.rollout import Episode, RolloutBatch, Transition, collect_batch, collect_episode
+from gemlab.templates import TEMPLATES, get_template
+from gemlab.training import Trainer
+
+__all__ = [
+    "Config",
+    "Episode",
+    "RolloutBatch",
+    "TEMPLATES",
+    "Trainer",
+    "Transition",
+    "collect_batch",
+    "collect_episode",
+    "discounted_returns",
+    "get_service_client",
+    "get_template",
+    "make_config",
+    "make_envs",
+    "normalize",
+    "policy_gradient_datum",
+    "rebn",
+    "supervised_datum",
+]

@@ -1,0 +1,38 @@
+"""Choose where training runs: real Tinker or gemlab's in-process local backend.
+
+Both give an object with Tinker's ``ServiceClient`` interface, so nothing downstream knows which.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot be used here."""
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """``"tinker"`` or ``"local"``: ``auto`` picks Tinker only when ``TINKER_API_KEY`` is set."""
+    if backend == "auto":
+        return "tinker" if os.environ.get("TINKER_API_KEY") else "local"
+    if backend not in ("local", "tinker"):
+        raise ValueError(f"Unknown backend {backend!r}. Known backends: 'auto', 'local', 'tinker'")
+    return backend
+
+
+def get_service_client(backend: str = "auto", **kwargs: Any) -> Any:
+    """A Tinker ``ServiceClient`` (real) or ``gemlab.local.LocalServiceClient`` (in-process)."""
+    if resolve_backend(backend) == "local":
+        from gemlab.local import LocalServiceClient
+
+        return LocalServiceClient(**kwargs)
+    if not (os.environ.get("TINKER_API_KEY") or kwargs.get("api_key")):
+        raise BackendError(
+            "backend='tinker' needs a Tinker API key: set TINKER_API_KEY. "
+            "Without one, use backend='local' (gemlab's in-process backend on PyTorch, no key or network needed)."
+        )
+    import tinker
+
+    return tinker.ServiceClient(**kwargs)

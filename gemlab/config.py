@@ -1,0 +1,123 @@
+"""One ``chz`` config for a training run: GEM's Tinker example fields and defaults, plus the backend.
+
+Values are checked when the config is built, so a bad value fails before any work starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import chz
+from tinker import types
+
+from gemlab.returns import NORMALIZATIONS
+from gemlab.templates import TEMPLATES
+
+BACKENDS = ("auto", "local", "tinker")
+
+
+def _positive(obj: Any, attr: str) -> None:
+    value = getattr(obj, attr)
+    if not value > 0:
+        raise ValueError(f"{attr} must be a positive number, got {value!r}")
+
+
+def _in_range(low: float, high: float) -> Callable[[Any, str], None]:
+    def check(obj: Any, attr: str) -> None:
+        value = getattr(obj, attr)
+        if not low <= value <= high:
+            raise ValueError(f"{attr} must be in [{low}, {high}], got {value!r}")
+
+    return check
+
+
+def _one_of(allowed: tuple[str, ...] | dict) -> Callable[[Any, str], None]:
+    def check(obj: Any, attr: str) -> None:
+        value = getattr(obj, attr)
+        if value not in allowed:
+            raise ValueError(f"{attr} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
+    return check
+
+
+@chz.chz
+class Config:
+    """Everything that defines a run. Defaults are GEM's Tinker example on GuessTheNumber."""
+
+    # model and LoRA
+    model_name: str = chz.field(default="Qwen/Qwen3-4B-Instruct-2507", doc="base model (Tinker name, local preset or folder)")
+    lora_rank: int = chz.field(default=8, validator=_positive)
+    learning_rate: float = chz.field(default=4e-5, validator=_positive)
+    # batch and schedule
+    batch_size: int = chz.field(default=128, validator=_positive, doc="transitions per policy-gradient step")
+    max_steps: int = chz.field(default=200, validator=_positive)
+    save_every: int = chz.field(default=-1, doc="checkpoint every N steps (<= 0: only at the end)")
+    seed: int = 0
+    # sampling
+    max_tokens: int = chz.field(default=2048, validator=_positive, doc="cap on tokens per action")
+    temperature: float = chz.field(default=1.0, validator=_in_range(0.0, 10.0))
+    # environment
+    env_id: str = "game:GuessTheNumber-v0-easy"
+    num_env: int = chz.field(default=32, validator=_positive, doc="environments played concurrently")
+    env_wrappers: str = chz.field(default="concat", doc="comma-separated GEM wrapper names")
+    template: str = chz.field(default="qwen3_game", validator=_one_of(tuple(TEMPLATES)))
+    # returns
+    gamma: float = chz.field(default=0.9, validator=_in_range(0.0, 1.0))
+    normalization: str = chz.field(
+        default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center' or 'group'"
+    )
+    # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
+    warmup_steps: int = chz.field(default=0, validator=chz.validators.ge(0))
+    warmup_learning_rate: float = chz.field(default=1e-3, validator=_positive)
+    # where it runs and where it writes
+    backend: str = chz.field(default="auto", validator=_one_of(BACKENDS), doc="'auto': Tinker if TINKER_API_KEY is set")
+    log_dir: str = "runs"
+    run_name: str | None = chz.field(default=None, doc="default: <env>-<model>-seed<seed>; an existing run resumes")
+    wandb_project: str | None = None
+
+    @property
+    def resolved_run_name(self) -> str:
+        """The run's folder name under ``log_dir``."""
+        if self.run_name:
+            return self.run_name
+        env = self.env_id.split(":")[-1]
+        model = self.model_name.rstrip("/").split("/")[-1]
+        return f"{env}-{model}-seed{self.seed}"
+
+
+def adam_params(learning_rate: float) -> types.AdamParams:
+    """GEM's optimizer settings: Adam with beta1 0.9, beta2 0.95, eps 1e-8."""
+    return types.AdamParams(learning_rate=learning_rate, beta1=0.9, beta2=0.95, eps=1e-8)
+
+
+# The default local setup: sized so that a 2-core laptop sees learning within minutes
+# (docs/laptop-recipe.md explains every choice). Real Tinker runs use ``Config()`` as GEM does.
+LAPTOP: dict[str, Any] = dict(
+    model_name="gemlab/tiny",
+    backend="local",
+    max_tokens=16,
+    max_steps=100,
+)
+
+PRESETS: dict[str, dict[str, Any]] = {"gem": {}, "laptop": LAPTOP}
+
+
+def make_config(preset: str = "gem", **overrides: Any) -> Config:
+    """A ``Config`` from a named preset (``gem`` or ``laptop``) with keyword overrides."""
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown preset {preset!r}. Known presets: {', '.join(PRESETS)}")
+    return Config(**{**PRESETS[preset], **overrides})
+
+
+def config_from_argv(argv: list[str]) -> Config:
+    """Parse ``[preset=NAME] key=value ...`` as the command line does."""
+    preset = "gem"
+    rest = []
+    for arg in argv:
+        if arg.startswith("preset="):
+            preset = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown preset {preset!r}. Known presets: {', '.join(PRESETS)}")
+    return chz.Blueprint(Config).apply(PRESETS[preset]).make_from_argv(rest)

@@ -1,0 +1,70 @@
+"""Make ``num_env`` GEM environments, wrapped by name, reproducibly from one seed.
+
+GEM's example seeds each env from the clock; here every seed derives from ``seed``. GEM's game
+envs draw from Python's global ``random``, so ``make_envs`` also seeds that (the rollout re-seeds
+it once per step, which is what makes a resumed run replay the same games).
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+from functools import partial
+from typing import Any
+
+import gem
+from gem.envs.registration import ENV_REGISTRY
+
+
+def known_env_ids() -> list[str]:
+    """Every env id registered with GEM (games, reasoning-gym, math, qa, code, ...)."""
+    return sorted(ENV_REGISTRY)
+
+
+def check_env_id(env_id: str) -> None:
+    """Fail before any work when ``env_id`` is not registered, naming the closest ids."""
+    if env_id in ENV_REGISTRY:
+        return
+    close = difflib.get_close_matches(env_id, ENV_REGISTRY, n=5, cutoff=0.5)
+    hint = f" Closest registered ids: {', '.join(close)}." if close else ""
+    raise ValueError(f"Unknown GEM env id {env_id!r}.{hint} See gemlab.envs.known_env_ids() for all of them.")
+
+
+def wrapper_names(env_wrappers: str) -> list[str]:
+    """Split and check a comma-separated wrapper list such as ``"concat"`` or ``"python_tool,concat"``."""
+    from gem.wrappers.wrapper_factory import WRAPPER_FACTORY
+
+    names = [name.strip() for name in env_wrappers.split(",") if name.strip()]
+    unknown = [name for name in names if name not in WRAPPER_FACTORY]
+    if unknown:
+        raise ValueError(f"Unknown GEM wrapper(s) {', '.join(map(repr, unknown))}. Known: {', '.join(WRAPPER_FACTORY)}")
+    return names
+
+
+def make_envs(env_id: str, num_env: int, *, seed: int = 0, env_wrappers: str = "concat", tokenizer: Any = None) -> list[gem.Env]:
+    """``num_env`` envs of ``env_id``, each wrapped by ``env_wrappers`` (in order).
+
+    The first env's dataset, where it has one, is shared with the others so it loads once.
+    """
+    from gem.wrappers.wrapper_factory import TOKENIZER_REQUIRED, WRAPPER_FACTORY
+
+    check_env_id(env_id)
+    if num_env < 1:
+        raise ValueError(f"num_env must be positive, got {num_env}")
+    # GEM's get_wrapper_fns, without its prints
+    wrappers = [
+        partial(WRAPPER_FACTORY[name], tokenizer=tokenizer) if name in TOKENIZER_REQUIRED and tokenizer is not None else WRAPPER_FACTORY[name]
+        for name in wrapper_names(env_wrappers)
+    ]
+    random.seed(seed)
+    envs = [gem.make(env_id, seed=seed, use_mp=False)]
+    dataset = getattr(envs[0], "dataset", None)
+    extra = {"dataset": dataset} if dataset is not None else {}
+    for index in range(1, num_env):
+        envs.append(gem.make(env_id, seed=seed * 10_007 + index, use_mp=False, **extra))
+    wrapped = []
+    for env in envs:
+        for wrap in wrappers:
+            env = wrap(env)
+        wrapped.append(env)
+    return wrapped

@@ -1,0 +1,50 @@
+"""Per-step metrics, named as GEM's example names them.
+
+Episode statistics cover every episode collected in the step; the entropy estimate and the two
+sample-vs-train KL estimates cover the transitions actually trained on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from gemlab.rollout import RolloutBatch, Transition
+
+
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """Return, success, turns and action length per episode; episodes dropped."""
+    episodes = batch.episodes
+    return {
+        "sampler/episode_return": float(np.mean([e.total_reward for e in episodes])),
+        "sampler/success_rate": float(np.mean([e.won for e in episodes])),
+        "sampler/num_turns_per_episode": float(np.mean([e.num_turns for e in episodes])),
+        "sampler/action_num_tokens": float(np.mean([sum(len(t.act_tokens) for t in e.transitions) for e in episodes])),
+        "sampler/num_episodes": float(len(episodes)),
+        "sampler/episodes_dropped": float(batch.num_dropped),
+    }
+
+
+def policy_metrics(transitions: Sequence[Transition], loss_fn_outputs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Token entropy estimate and sample-vs-train KL over the trained transitions.
+
+    ``entropy ~ -mean(sampler logprob)`` over action tokens. With ``d = sampler - learner``
+    logprob per action token: ``kl_v1 = mean(d)`` and ``kl_v2 = 0.5 * mean(d**2)``. Both are ~0
+    when the sampler and the learner hold the same weights.
+    """
+    sampler: list[float] = []
+    diffs: list[np.ndarray] = []
+    for transition, output in zip(transitions, loss_fn_outputs, strict=True):
+        n = len(transition.act_logprobs)
+        learner = np.asarray(output["logprobs"].tolist(), dtype=np.float64)[-n:] if n else np.zeros(0)
+        sampler.extend(transition.act_logprobs)
+        diffs.append(np.asarray(transition.act_logprobs, dtype=np.float64) - learner)
+    d = np.concatenate(diffs) if diffs else np.zeros(0)
+    if d.size == 0:
+        return {"sampler/token_entropy": 0.0, "train/kl_sample_train_v1": 0.0, "train/kl_sample_train_v2": 0.0}
+    return {
+        "sampler/token_entropy": float(-np.mean(sampler)),
+        "train/kl_sample_train_v1": float(d.mean()),
+        "train/kl_sample_train_v2": float(0.5 * (d**2).mean()),
+    }

@@ -1,0 +1,126 @@
+"""Learning curves and diagnostics from a run's ``metrics.jsonl``.
+
+Every function takes run folders (or DataFrames already loaded) and returns matplotlib objects,
+so a notebook can restyle them and a script can save them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence, Union
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+Run = Union[str, Path, pd.DataFrame]
+
+LABELS = {
+    "sampler/success_rate": "success rate (fraction of episodes won)",
+    "sampler/episode_return": "episode return (sum of rewards)",
+    "sampler/num_turns_per_episode": "turns per episode",
+    "sampler/action_num_tokens": "action tokens per episode",
+    "sampler/token_entropy": "token entropy estimate (nats)",
+    "train/kl_sample_train_v1": "KL(sampler || learner), v1 (nats)",
+    "train/kl_sample_train_v2": "KL(sampler || learner), v2 (nats)",
+    "train/loss:sum": "importance-sampling loss (sum)",
+    "time/step": "wall time per step (s)",
+}
+
+
+def load_metrics(run: Run) -> pd.DataFrame:
+    """A run's metrics, one row per step. Accepts a run folder, its metrics file, or a DataFrame."""
+    if isinstance(run, pd.DataFrame):
+        return run
+    path = Path(run)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"no metrics at {path}: has this run done a step yet?")
+    return pd.read_json(path, lines=True)
+
+
+def smooth(values: Sequence[float], window: int) -> np.ndarray:
+    """Trailing moving average over ``window`` steps (1 = no smoothing)."""
+    series = pd.Series(np.asarray(values, dtype=float))
+    return series.rolling(max(1, window), min_periods=1).mean().to_numpy()
+
+
+def plot_learning_curve(
+    runs: Run | Mapping[str, Run],
+    metric: str = "sampler/success_rate",
+    *,
+    smoothing: int = 1,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+) -> plt.Axes:
+    """One line per run (a mapping gives them legend labels); faint raw values under smoothed lines."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    named = runs if isinstance(runs, Mapping) else {None: runs}
+    for label, run in named.items():
+        df = load_metrics(run)
+        line = ax.plot(df["step"], smooth(df[metric], smoothing), label=label, lw=2)[0]
+        if smoothing > 1:
+            ax.plot(df["step"], df[metric], color=line.get_color(), alpha=0.25, lw=1)
+    _label(ax, metric, title, smoothing)
+    if any(label is not None for label in named):
+        ax.legend()
+    return ax
+
+
+def plot_seed_bands(
+    groups: Mapping[str, Sequence[Run]],
+    metric: str = "sampler/success_rate",
+    *,
+    smoothing: int = 1,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+) -> plt.Axes:
+    """Mean over seeds with a band of one standard deviation, one band per named group of runs."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for label, runs in groups.items():
+        frames = [load_metrics(run) for run in runs]
+        length = min(len(df) for df in frames)
+        curves = np.stack([smooth(df[metric].to_numpy()[:length], smoothing) for df in frames])
+        steps = frames[0]["step"].to_numpy()[:length]
+        mean, std = curves.mean(axis=0), curves.std(axis=0)
+        line = ax.plot(steps, mean, lw=2, label=f"{label} (n={len(frames)})")[0]
+        ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+    _label(ax, metric, title, smoothing)
+    ax.legend()
+    return ax
+
+
+def plot_diagnostics(run: Run, *, smoothing: int = 1, title: str | None = None) -> plt.Figure:
+    """Four panels: success rate, episode return, token entropy, and the two sample-vs-train KLs."""
+    df = load_metrics(run)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
+    for ax, metric in zip(axes.flat[:3], ("sampler/success_rate", "sampler/episode_return", "sampler/token_entropy")):
+        plot_learning_curve(df, metric, smoothing=smoothing, ax=ax)
+    ax = axes.flat[3]
+    for metric in ("train/kl_sample_train_v1", "train/kl_sample_train_v2"):
+        ax.plot(df["step"], smooth(df[metric], smoothing), lw=2, label=metric.split("_")[-1])
+    _label(ax, "train/kl_sample_train_v1", "sample-vs-train KL (0 = on-policy)", smoothing)
+    ax.set_ylabel("KL estimate (nats)")
+    ax.legend()
+    fig.suptitle(title or "Training diagnostics")
+    return fig
+
+
+def save_figure(fig_or_ax: plt.Figure | plt.Axes, path: str | Path, dpi: int = 120) -> Path:
+    """Write a figure (or an axes' figure) to ``path``, creating folders; returns the path."""
+    fig = fig_or_ax.figure if isinstance(fig_or_ax, plt.Axes) else fig_or_ax
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    return path
+
+
+def _label(ax: plt.Axes, metric: str, title: str | None, smoothing: int) -> None:
+    ax.set_xlabel("training step (policy-gradient updates)")
+    ax.set_ylabel(LABELS.get(metric, metric))
+    suffix = f" (moving average over {smoothing} steps)" if smoothing > 1 else ""
+    ax.set_title((title or LABELS.get(metric, metric).split(" (")[0].capitalize()) + suffix)
+    ax.grid(alpha=0.3)

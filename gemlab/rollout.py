@@ -1,0 +1,180 @@
+"""Multi-turn episodes of GEM games, played by a Tinker sampling client, many envs at once.
+
+One turn: observation -> template -> tokens -> ``sample_async`` -> decode -> ``env.step``.
+All envs play concurrently under ``asyncio.gather``, so a backend can batch their requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from tinker import types
+
+from gemlab.templates import Template
+
+SUCCESS_REWARD = 1.0  # GEM's LanguageGameReward.success_reward
+
+
+@dataclass
+class Transition:
+    """One turn: what the policy saw, what it did, what it got."""
+
+    obs_tokens: list[int]
+    act_tokens: list[int]
+    act_logprobs: list[float]
+    reward: float
+    done: bool
+    observation: str = ""  # the env's observation text, before the template
+    action: str = ""  # the decoded action text the env received
+    stop_reason: str = ""
+
+
+@dataclass
+class Episode:
+    """All turns of one game, in order."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    env_index: int = 0
+
+    @property
+    def total_reward(self) -> float:
+        return float(sum(t.reward for t in self.transitions))
+
+    @property
+    def won(self) -> bool:
+        """The game ended in success (GEM's success reward on the last turn)."""
+        return bool(self.transitions) and self.transitions[-1].reward >= SUCCESS_REWARD
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.transitions)
+
+
+@dataclass
+class RolloutBatch:
+    """Episodes collected for one step, and the ones dropped because sampling failed."""
+
+    episodes: list[Episode]
+    num_dropped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def num_transitions(self) -> int:
+        return sum(e.num_turns for e in self.episodes)
+
+
+def end_of_turn_ids(tokenizer: Any) -> list[int]:
+    """Token ids that end an assistant turn: ``<|im_end|>`` where the vocabulary has it, else EOS."""
+    vocab = tokenizer.get_vocab()
+    ids = {vocab["<|im_end|>"]} if "<|im_end|>" in vocab else set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return sorted(ids)
+
+
+def sampling_params(tokenizer: Any, max_tokens: int, temperature: float = 1.0, seed: int | None = None) -> types.SamplingParams:
+    """Sampling settings for one action: stop at the end of the turn, as a chat model would."""
+    return types.SamplingParams(max_tokens=max_tokens, temperature=temperature, stop=end_of_turn_ids(tokenizer), seed=seed)
+
+
+def request_seed(*parts: int) -> int:
+    """A deterministic 31-bit sampling seed from integers (run seed, step, env, round, turn)."""
+    return hash(tuple(parts)) & 0x7FFFFFFF
+
+
+async def collect_episode(
+    sampling_client: Any,
+    env: Any,
+    *,
+    tokenizer: Any,
+    template: Template,
+    max_tokens: int,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    env_index: int = 0,
+) -> Episode:
+    """Play one episode to its end; a sampling failure raises (the caller decides to drop it)."""
+    episode = Episode(env_index=env_index)
+    observation, _ = env.reset()
+    done = False
+    while not done:
+        obs_tokens = template.render(observation, tokenizer)
+        turn_seed = None if seed is None else request_seed(seed, episode.num_turns)
+        response = await sampling_client.sample_async(
+            prompt=types.ModelInput.from_ints(obs_tokens),
+            num_samples=1,
+            sampling_params=sampling_params(tokenizer, max_tokens, temperature, turn_seed),
+        )
+        sequence = response.sequences[0]
+        action = tokenizer.decode(sequence.tokens, skip_special_tokens=True)
+        next_observation, reward, terminated, truncated, _ = env.step(action)
+        done = bool(terminated or truncated)
+        episode.transitions.append(
+            Transition(
+                obs_tokens=obs_tokens,
+                act_tokens=list(sequence.tokens),
+                act_logprobs=[float(x) for x in sequence.logprobs or []],
+                reward=float(reward),
+                done=done,
+                observation=observation,
+                action=action,
+                stop_reason=str(sequence.stop_reason),
+            )
+        )
+        observation = next_observation
+    return episode
+
+
+async def collect_batch(
+    sampling_client: Any,
+    envs: Sequence[Any],
+    *,
+    tokenizer: Any,
+    template: Template,
+    min_transitions: int,
+    max_tokens: int,
+    temperature: float = 1.0,
+    seed: int | None = None,
+    progress: Any = None,
+) -> RolloutBatch:
+    """Play rounds of one episode per env, concurrently, until at least ``min_transitions``.
+
+    An episode whose sampling fails is dropped, as in GEM's example, but counted in
+    ``num_dropped`` with its error kept; a round in which every episode fails raises.
+    ``progress`` is an optional tqdm bar advanced by transitions.
+    """
+    batch = RolloutBatch(episodes=[])
+    round_index = 0
+    while batch.num_transitions < min_transitions:
+        coroutines = [
+            collect_episode(
+                sampling_client,
+                env,
+                tokenizer=tokenizer,
+                template=template,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=None if seed is None else request_seed(seed, round_index, index),
+                env_index=index,
+            )
+            for index, env in enumerate(envs)
+        ]
+        results = await asyncio.gather(*coroutines, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result  # cancellation or interrupt: not a failed sample
+        failures = [r for r in results if isinstance(r, Exception)]
+        if failures and len(failures) == len(results):
+            raise RuntimeError(f"every episode of a rollout round failed; first error: {failures[0]!r}") from failures[0]
+        for result in results:
+            if isinstance(result, BaseException):
+                batch.num_dropped += 1
+                batch.errors.append(repr(result))
+            else:
+                batch.episodes.append(result)
+                if progress is not None:
+                    progress.update(result.num_turns)
+        round_index += 1
+    return batch

@@ -1,0 +1,93 @@
+"""Prompt templates: how an observation becomes the tokens the policy sees.
+
+The first three are GEM's Tinker example templates, character for character. ``chat`` uses the
+tokenizer's own chat template instead, so any chat model gets the prompt format it was tuned on.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+
+class Tokenizer(Protocol):
+    """The slice of a Hugging Face tokenizer that templates need."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def apply_chat_template(self, conversation: list[dict], **kwargs) -> object: ...
+
+
+def _qwen3_game(observation: str) -> str:
+    return (
+        "<|im_start|>user\nYou are playing language games. Make valid actions to win.\n"
+        f"Observation: {observation}"
+        "\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def _qwen3_general(question: str) -> str:
+    return (
+        f"<|im_start|>user\nQuestion: {question}"
+        "\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def _no_template(observation: str) -> str:
+    return observation
+
+
+@dataclass(frozen=True)
+class Template:
+    """A named way to turn an observation into prompt tokens."""
+
+    name: str
+    description: str
+    text_fn: Callable[[str], str] | None = None  # None: the tokenizer's chat template renders it
+
+    @property
+    def renders_text(self) -> bool:
+        """True when the template is a plain string function (independent of the tokenizer)."""
+        return self.text_fn is not None
+
+    def render_text(self, observation: str, tokenizer: Tokenizer | None = None) -> str:
+        """The prompt as text (with special markers spelled out)."""
+        if self.text_fn is not None:
+            return self.text_fn(observation)
+        if tokenizer is None:
+            raise ValueError(f"template {self.name!r} needs a tokenizer to render")
+        return str(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": observation}],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+        )
+
+    def render(self, observation: str, tokenizer: Tokenizer) -> list[int]:
+        """The prompt as token ids, ready for ``ModelInput.from_ints``."""
+        return list(tokenizer.encode(self.render_text(observation, tokenizer), add_special_tokens=False))
+
+
+TEMPLATES: dict[str, Template] = {
+    t.name: t
+    for t in (
+        Template("qwen3_game", "GEM's game prompt in Qwen3 chat format (GEM's default for games)", _qwen3_game),
+        Template("qwen3_general", "GEM's question prompt in Qwen3 chat format", _qwen3_general),
+        Template("no", "the raw observation, no template at all", _no_template),
+        Template("chat", "the tokenizer's own chat template, one user turn", None),
+    )
+}
+
+
+def get_template(name: str) -> Template:
+    """Look a template up by name; an unknown name lists the known ones."""
+    try:
+        return TEMPLATES[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, TEMPLATES, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"Unknown template {name!r}. Known templates: {', '.join(TEMPLATES)}.{hint}") from None

@@ -1,0 +1,38 @@
+"""Command line: ``python -m gemlab.train [preset=laptop] key=value ...``.
+
+Trains to ``max_steps`` (resuming if the run folder has a checkpoint), then writes the run's
+learning curve and diagnostics as PNGs next to its ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import matplotlib
+
+from gemlab.config import config_from_argv
+from gemlab.training import Trainer
+
+
+def main(argv: list[str] | None = None) -> int:
+    matplotlib.use("Agg")
+    from gemlab import plots
+
+    try:
+        config = config_from_argv(sys.argv[1:] if argv is None else argv)
+    except ValueError as error:  # chz wraps validator failures; show the message alone
+        print(f"gemlab.train: {error}", file=sys.stderr)
+        return 2
+    trainer = Trainer(config)
+    print(f"run folder: {trainer.run_dir}")
+    trainer.run()
+    trainer.close()
+    curve = plots.save_figure(plots.plot_learning_curve(trainer.run_dir, smoothing=5), trainer.run_dir / "learning_curve.png")
+    plots.save_figure(plots.plot_diagnostics(trainer.run_dir, smoothing=5), trainer.run_dir / "diagnostics.png")
+    last = trainer.history[-1]
+    print(f"done: {len(trainer.history)} steps, last success rate {last['sampler/success_rate']:.2f}; learning curve: {curve}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

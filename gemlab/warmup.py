@@ -1,0 +1,56 @@
+"""Supervised warm-up (SFT) before RL, through the backend's own ``cross_entropy`` loss.
+
+A randomly initialised model never writes a valid action, so RL would see only format errors.
+A few cross-entropy steps on scripted actions teach the format (SFT teaches the rules; RL then
+teaches the strategy). The scripted actions come from the env itself: GEM games provide
+``sample_random_action()``, which answers in the expected ``\\boxed{...}`` form.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tinker import types
+from tqdm.auto import tqdm
+
+from gemlab.config import adam_params
+from gemlab.datums import supervised_datum
+from gemlab.rollout import end_of_turn_ids
+from gemlab.templates import Template
+
+
+def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int) -> list[types.Datum]:
+    """``count`` (prompt, scripted action) datums from playing the envs with their random actions."""
+    end = end_of_turn_ids(tokenizer)[:1]
+    datums: list[types.Datum] = []
+    while len(datums) < count:
+        for env in envs:
+            observation, _ = env.reset()
+            done = False
+            while not done and len(datums) < count:
+                action = env.unwrapped.sample_random_action()
+                prompt = template.render(observation, tokenizer)
+                answer = list(tokenizer.encode(action, add_special_tokens=False)) + end
+                datums.append(supervised_datum(prompt, answer))
+                observation, _, terminated, truncated, _ = env.step(action)
+                done = terminated or truncated
+            if len(datums) >= count:
+                break
+    return datums
+
+
+async def warmup_async(
+    training_client: Any, tokenizer: Any, envs: Sequence[Any], template: Template, config: Any, *, progress: bool = True
+) -> list[float]:
+    """``config.warmup_steps`` cross-entropy steps of ``config.batch_size`` examples; returns the
+    mean loss per answer token at each step."""
+    losses: list[float] = []
+    for _ in tqdm(range(config.warmup_steps), desc="SFT warm-up", unit="step", disable=not progress):
+        datums = scripted_examples(envs, tokenizer, template, config.batch_size)
+        backward = await training_client.forward_backward_async(datums, "cross_entropy")
+        optim = await training_client.optim_step_async(adam_params(config.warmup_learning_rate))
+        result = await backward.result_async()
+        await optim.result_async()
+        answer_tokens = sum(float(d.loss_fn_inputs["weights"].to_torch().sum()) for d in datums)
+        losses.append(float(result.metrics["loss:sum"]) / answer_tokens)
+    return losses
