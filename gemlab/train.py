@@ -10,6 +10,7 @@ import sys
 
 import matplotlib
 
+from gemlab.backend import BackendError
 from gemlab.config import config_from_argv
 from gemlab.training import Trainer
 
@@ -19,11 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     from gemlab import plots
 
     try:
-        config = config_from_argv(sys.argv[1:] if argv is None else argv)
-    except ValueError as error:  # chz wraps validator failures; show the message alone
+        trainer = Trainer(config_from_argv(sys.argv[1:] if argv is None else argv))
+    except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
-    trainer = Trainer(config)
     print(f"run folder: {trainer.run_dir}")
     trainer.run()
     trainer.close()

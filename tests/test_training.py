@@ -1,0 +1,84 @@
+"""The whole loop on the local backend: metrics, checkpoints, resume, and clean failures."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gemlab import Trainer, make_config
+from gemlab.config import config_from_argv
+
+SMALL = dict(max_steps=2, batch_size=16, num_env=4, max_tokens=8)
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_two_steps_then_resume(tmp_path):
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="run", **SMALL)
+    trainer = Trainer(config, progress=False)
+    history = trainer.run()
+    trainer.close()
+    run_dir = tmp_path / "run"
+    metrics = _lines(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1] == [h["step"] for h in history]
+    for m in metrics:
+        assert m["train/num_transitions"] == 16
+        assert 0.0 <= m["sampler/success_rate"] <= 1.0
+        assert m["sampler/num_episodes"] >= 16 / 4  # each episode has at most 4 turns
+        assert abs(m["train/kl_sample_train_v1"]) < 1e-3  # sampler and learner share weights
+    checkpoints = _lines(run_dir / "checkpoints.jsonl")
+    assert checkpoints[-1]["step"] == 2 and checkpoints[-1]["state_path"]
+    assert json.loads((run_dir / "config.json").read_text())["batch_size"] == 16
+
+    resumed = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="run", **{**SMALL, "max_steps": 3}), progress=False)
+    assert resumed.step_index == 2
+    assert resumed.step()["step"] == 2
+    resumed.close()
+    assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_same_seed_same_episodes(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name, **SMALL), progress=False)
+        trainer.step()
+        runs.append([[t.act_tokens for t in e.transitions] for e in trainer.last_batch.episodes])
+        trainer.close()
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["env_id=game:GuessTheNumber-v0"], "Unknown GEM env id 'game:GuessTheNumber-v0'. Closest registered ids: game:GuessTheNumber-v0-"),
+        (["template=qwen3"], "template must be one of 'qwen3_game'"),
+        (["gamma=1.5"], r"gamma must be in \[0.0, 1.0\], got 1.5"),
+        (["batch_size=0"], "batch_size must be a positive number, got 0"),
+        (["backend=tinker"], "needs a Tinker API key: set TINKER_API_KEY. Without one, use backend='local'"),
+    ],
+)
+def test_bad_input_fails_cleanly_and_writes_nothing(tmp_path, argv, message, monkeypatch):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    log_dir = tmp_path / "runs"
+    with pytest.raises(Exception, match=message):
+        Trainer(config_from_argv(["preset=laptop", f"log_dir={log_dir}", *argv]), progress=False)
+    assert not log_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "arg, message",
+    [("gamma=1.5", "gamma must be in [0.0, 1.0], got 1.5"), ("env_id=game:Wordle", "Unknown GEM env id 'game:Wordle'")],
+)
+def test_command_line_reports_bad_value_in_one_line(tmp_path, arg, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "gemlab.train", "preset=laptop", arg, f"log_dir={tmp_path / 'runs'}"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()
