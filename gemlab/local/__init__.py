@@ -1,0 +1,29 @@
+"""gemlab's local backend: Tinker's client interface (0.38) trained and sampled in this process,
+with PyTorch + PEFT LoRA on small models, no key or network needed.
+
+```python
+from gemlab.local import LocalServiceClient
+
+service = LocalServiceClient()
+training = service.create_lora_training_client(base_model="gemlab/tiny", rank=8, seed=0).result()
+```
+
+``python -m gemlab.local SCRIPT`` runs an unmodified Tinker script on it. See
+``docs/local-backend.md`` for model names, environment variables, paths and semantics.
+"""
+
+from gemlab.local.models import PRESETS, SMOLLM2, TINY
+from gemlab.local.runner import patch_tinker
+from gemlab.local.sampler import LocalSamplingClient
+from gemlab.local.service import LocalServiceClient
+from gemlab.local.training import LocalTrainingClient
+
+__all__ = [
+    "LocalServiceClient",
+    "LocalTrainingClient",
+    "LocalSamplingClient",
+    "patch_tinker",
+    "PRESETS",
+    "TINY",
+    "SMOLLM2",
+]

@@ -1,0 +1,50 @@
+"""Teacher-forced logprobs of target tokens: what training differentiates and what
+``compute_logprobs`` returns, from one code path so the two always agree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+# Logits of one micro-batch stay under about this many floats (256 MB in float32), so a
+# 49k-token vocabulary (SmolLM2) trains on long sequences without running out of memory.
+MAX_LOGIT_FLOATS = 1 << 26
+
+
+def micro_batches(lengths: Sequence[int], vocab_size: int) -> Iterator[list[int]]:
+    """Consecutive index groups whose padded logits fit in ``MAX_LOGIT_FLOATS``."""
+    budget = max(1, MAX_LOGIT_FLOATS // vocab_size)
+    group: list[int] = []
+    longest = 0
+    for index, length in enumerate(lengths):
+        if group and max(longest, length) * (len(group) + 1) > budget:
+            yield group
+            group, longest = [], 0
+        group.append(index)
+        longest = max(longest, length)
+    if group:
+        yield group
+
+
+def target_logprobs(
+    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
+) -> list[torch.Tensor]:
+    """``log p(targets[i][t] | inputs[i][: t + 1])`` for each sequence, one forward pass.
+
+    Sequences are right-padded: under a causal mask, padding after a token never changes it.
+    Gradients flow when grad mode is on.
+    """
+    device = model.device
+    lengths = [len(seq) for seq in inputs]
+    width = max(lengths)
+    ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
+    labels = torch.zeros((len(inputs), width), dtype=torch.long)
+    for row, (seq, target) in enumerate(zip(inputs, targets)):
+        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        labels[row, : len(seq)] = target
+    logits = model(input_ids=ids.to(device)).logits.float()
+    nll = F.cross_entropy(logits.transpose(1, 2), labels.to(device), reduction="none")
+    return [-nll[row, :length] for row, length in enumerate(lengths)]

@@ -1,0 +1,26 @@
+"""Shared fixtures: one local service client (tiny preset, CPU) with its checkpoints in a
+temporary folder, a fresh training run per test, and a chat prompt."""
+
+from __future__ import annotations
+
+import pytest
+
+from gemlab.local import TINY, LocalServiceClient
+from gemlab.local.models import load_tokenizer
+from tests.local.helpers import CHAT
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory: pytest.TempPathFactory) -> LocalServiceClient:
+    return LocalServiceClient(device="cpu", root=tmp_path_factory.mktemp("gemlab-local"))
+
+
+@pytest.fixture
+def training(service: LocalServiceClient):
+    """A fresh rank-8 LoRA run on the tiny preset, seed 0."""
+    return service.create_lora_training_client(base_model=TINY, rank=8, seed=0).result()
+
+
+@pytest.fixture(scope="session")
+def prompt() -> list[int]:
+    return load_tokenizer(TINY).encode(CHAT)

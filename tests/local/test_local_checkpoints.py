@@ -1,0 +1,139 @@
+"""Saving and loading: exact round trips of weights and optimizer state, snapshots for
+samplers, paths, and determinism given the seed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from tinker import types
+
+from gemlab.local import TINY, LocalServiceClient, checkpoints
+from tests.local.helpers import nudge, rl_datum, sft_datum, weights
+
+ADAM = types.AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
+
+
+def logprobs(training, prompt) -> torch.Tensor:
+    datum = rl_datum(prompt[:1], prompt[1:], [0.0] * (len(prompt) - 1), 0.0)
+    return training.forward([datum], "importance_sampling").result().loss_fn_outputs[0]["logprobs"].to_torch()
+
+
+def train_step(training, prompt, answer=(9, 10, 11)) -> None:
+    training.forward_backward([sft_datum(prompt, answer)], "cross_entropy")
+    training.optim_step(ADAM).result()
+
+
+def test_save_state_round_trip_is_exact(service, training, prompt):
+    for answer in ([5, 6], [7, 8, 9]):
+        train_step(training, prompt, answer)
+    saved = training.save_state("round-trip").result()
+    assert saved.path == f"local://{training.get_info().model_id}/weights/round-trip"
+    folder = checkpoints.resolve(saved.path)
+    assert folder == service._root / training.get_info().model_id / "weights" / "round-trip"
+    assert {p.name for p in folder.iterdir()} >= {
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "gemlab.json",
+        "optimizer.pt",
+    }
+
+    other = service.create_lora_training_client(base_model=TINY, rank=8, seed=123).result()
+    assert not torch.equal(logprobs(other, prompt), logprobs(training, prompt))
+    other.load_state_with_optimizer(saved.path).result()
+    assert torch.equal(logprobs(other, prompt), logprobs(training, prompt))
+
+    resumed = service.create_training_client_from_state_with_optimizer(saved.path).result()
+    for client in (training, other, resumed):
+        train_step(client, prompt, [3, 4])
+    for a, b, c in zip(weights(training), weights(other), weights(resumed)):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_load_state_restores_weights_and_restarts_the_optimizer(service, training, prompt):
+    train_step(training, prompt)
+    path = training.save_state("weights-only").result().path
+    other = service.create_lora_training_client(base_model=TINY, rank=8, seed=5).result()
+    other.load_state(path).result()
+    assert torch.equal(logprobs(other, prompt), logprobs(training, prompt))
+    assert other._optimizer.state_dict()["state"] == {}
+    fresh = service.create_training_client_from_state(path).result()
+    assert torch.equal(logprobs(fresh, prompt), logprobs(training, prompt))
+    assert fresh._optimizer.state_dict()["state"] == {}
+
+
+def test_samplers_keep_their_snapshot_while_training_goes_on(service, training, prompt):
+    nudge(training, prompt)
+    path = training.save_weights_for_sampler("snapshot").result().path
+    assert path.startswith("local://") and "/sampler_weights/snapshot" in path
+    from_path = service.create_sampling_client(model_path=path).result()
+    from_folder = service.create_sampling_client(model_path=str(checkpoints.resolve(path))).result()
+    in_memory = training.save_weights_and_get_sampling_client().result()
+    inflight = training.save_weights_and_get_sampling_client(kind="inflight").result()
+    model_input = types.ModelInput.from_ints(prompt)
+    before = [c.compute_logprobs(model_input).result() for c in (from_path, from_folder, in_memory, inflight)]
+    assert before[0] == before[1] == before[2] == before[3]
+    for _ in range(2):
+        train_step(training, prompt)
+    after = [c.compute_logprobs(model_input).result() for c in (from_path, from_folder, in_memory, inflight)]
+    assert after[:3] == before[:3]
+    assert after[3] != before[3]  # inflight follows the live weights
+    torch.testing.assert_close(torch.tensor(after[3][1:]), logprobs(training, prompt), rtol=0, atol=1e-5)
+
+
+def test_same_seed_same_run(service, prompt):
+    runs = [service.create_lora_training_client(base_model=TINY, rank=4, seed=77).result() for _ in range(2)]
+    other = service.create_lora_training_client(base_model=TINY, rank=4, seed=78).result()
+    assert all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(runs[1])))
+    assert not all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(other)))
+    samples = []
+    for run in runs:
+        train_step(run, prompt)
+        sampler = run.save_weights_and_get_sampling_client().result()
+        samples.append(
+            sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=8)).result()
+        )
+    assert all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(runs[1])))
+    assert [s.tokens for s in samples[0].sequences] == [s.tokens for s in samples[1].sequences]
+
+
+def test_save_state_does_not_overwrite_unless_asked(training):
+    training.save_state("once").result()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        training.save_state("once").result()
+    training.save_state("once", overwrite=True).result()
+
+
+def test_root_comes_from_the_environment(monkeypatch, tmp_path, prompt):
+    monkeypatch.setenv("GEMLAB_LOCAL_DIR", str(tmp_path / "env-root"))
+    client = LocalServiceClient(device="cpu")
+    run = client.create_lora_training_client(base_model=TINY, rank=2, seed=0).result()
+    path = run.save_weights_for_sampler("w").result().path
+    assert checkpoints.resolve(path) == tmp_path / "env-root" / run.get_info().model_id / "sampler_weights" / "w"
+    assert os.path.isfile(tmp_path / "env-root" / run.get_info().model_id / "sampler_weights" / "w" / "gemlab.json")
+
+
+def test_external_weights_load_with_peft(training, prompt, tmp_path):
+    from peft import PeftModel
+
+    from gemlab.local.tiny import build_tiny_model
+
+    nudge(training, prompt)
+    path = training.save_weights_external("peft").result().path
+    model = PeftModel.from_pretrained(build_tiny_model(seed=0), str(checkpoints.resolve(path))).eval()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt[:-1]])).logits[0]
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0]
+    torch.testing.assert_close(logprobs(training, prompt), expected, rtol=0, atol=1e-5)
+
+
+def test_copy_weights_and_close(service, training, prompt):
+    nudge(training, prompt)
+    original = training.save_weights_for_sampler("to-copy").result().path
+    copied = service.copy_weights(original).result()
+    assert copied != original and copied.endswith("/sampler_weights/to-copy")
+    samplers = [service.create_sampling_client(model_path=p).result() for p in (original, copied)]
+    scored = [s.compute_logprobs(types.ModelInput.from_ints(prompt)).result() for s in samplers]
+    assert scored[0] == scored[1]
+    assert service.close("success").result() is None

