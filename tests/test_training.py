@@ -9,7 +9,7 @@ import pytest
 from gemlab import Trainer, make_config
 from gemlab.config import config_from_argv
 
-SMALL = dict(max_steps=2, batch_size=16, num_env=4, max_tokens=8)
+SMALL = dict(max_steps=2, batch_size=16, num_env=4, max_tokens=8, warmup_steps=2)
 
 
 def _lines(path):
@@ -32,6 +32,8 @@ def test_two_steps_then_resume(tmp_path):
     checkpoints = _lines(run_dir / "checkpoints.jsonl")
     assert checkpoints[-1]["step"] == 2 and checkpoints[-1]["state_path"]
     assert json.loads((run_dir / "config.json").read_text())["batch_size"] == 16
+    warmup = _lines(run_dir / "warmup.jsonl")
+    assert len(warmup) == 2 and all(row["loss"] > 0 for row in warmup)
 
     resumed = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="run", **{**SMALL, "max_steps": 3}), progress=False)
     assert resumed.step_index == 2
