@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -24,7 +25,8 @@ import chz
 from gemlab import Trainer
 from gemlab.config import config_from_argv
 
-OUT = Path(__file__).parent / "runs"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "data" / "runs"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                 for file in ("metrics.jsonl", "warmup.jsonl"):
                     if (trainer.run_dir / file).exists():
                         shutil.copy(trainer.run_dir / file, target / file)
-                (target / "config.json").write_text(json.dumps(chz.asdict(chz.replace(config, log_dir=str(args.out))), indent=2))
+                log_dir = os.path.relpath(args.out.resolve(), ROOT)  # relative to the repository, e.g. data/runs
+                (target / "config.json").write_text(json.dumps(chz.asdict(chz.replace(config, log_dir=log_dir)), indent=2))
                 last = trainer.history[-1]
                 print(f"{name}: {len(trainer.history)} steps in {time.time() - start:.0f} s, last success rate {last['sampler/success_rate']:.2f}", flush=True)
     return 0
