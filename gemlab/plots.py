@@ -122,5 +122,6 @@ def _label(ax: plt.Axes, metric: str, title: str | None, smoothing: int) -> None
     ax.set_xlabel("training step (policy-gradient updates)")
     ax.set_ylabel(LABELS.get(metric, metric))
     suffix = f" (moving average over {smoothing} steps)" if smoothing > 1 else ""
-    ax.set_title((title or LABELS.get(metric, metric).split(" (")[0].capitalize()) + suffix)
+    default = LABELS.get(metric, metric).split(" (")[0]
+    ax.set_title((title or default[:1].upper() + default[1:]) + suffix)
     ax.grid(alpha=0.3)
