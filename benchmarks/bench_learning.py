@@ -18,31 +18,19 @@ import os
 import tempfile
 import time
 
+import chz
 import numpy as np
 
-from gemlab.config import make_config
+from gemlab.config import Config, config_from_argv
 from gemlab.training import Trainer
 
 WINDOW = 10
 
 
-def parse_value(text: str):
-    """``key=value`` values: int, float, bool or str."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    return text
-
-
-def run_one(seed: int, normalization: str, log_dir: str, overrides: dict) -> dict[str, float]:
-    """One run of the laptop preset; its first/last-window success rates and wall time."""
-    config = make_config(
-        "laptop", seed=seed, normalization=normalization, log_dir=log_dir,
-        run_name=f"bench-{normalization}-seed{seed}", **overrides,
+def run_one(base: Config, seed: int, normalization: str, log_dir: str) -> dict[str, float]:
+    """One run of ``base`` with this seed and normalization; first/last-window success and wall time."""
+    config = chz.replace(
+        base, seed=seed, normalization=normalization, log_dir=log_dir, run_name=f"bench-{normalization}-seed{seed}"
     )
     start = time.time()
     trainer = Trainer(config, progress=False)
@@ -78,11 +66,9 @@ def main() -> None:
     parser.add_argument("--log-dir", default=None, help="where runs are written (default: a temporary folder)")
     parser.add_argument("overrides", nargs="*", help="Config fields as key=value, applied on top of the laptop preset")
     args = parser.parse_args()
-    overrides = dict(item.split("=", 1) for item in args.overrides)
-    overrides = {k: parse_value(v) for k, v in overrides.items()}
     os.environ.setdefault("GEMLAB_THREADS", "2")
 
-    config = make_config("laptop", **overrides)
+    config = config_from_argv(["preset=laptop", *args.overrides])
     print(f"laptop preset: env={config.env_id} model={config.model_name} rank={config.lora_rank} "
           f"batch={config.batch_size} num_env={config.num_env} lr={config.learning_rate} "
           f"warmup={config.warmup_steps}x{config.warmup_learning_rate} steps={config.max_steps} "
@@ -92,7 +78,7 @@ def main() -> None:
         for normalization in ["rebn"] + ([] if args.no_baseline else ["none"]):
             rows = {}
             for seed in args.seeds:
-                rows[seed] = run_one(seed, normalization, log_dir, overrides)
+                rows[seed] = run_one(config, seed, normalization, log_dir)
                 r = rows[seed]
                 print(f"  {normalization} seed {seed}: first-10 {r['first']:.3f} last-10 {r['last']:.3f} "
                       f"wall {r['wall']:.0f}s", flush=True)
