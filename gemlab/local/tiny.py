@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 TOKENIZER_FILE = Path(__file__).parent / "assets" / "tiny-tokenizer.json"
@@ -39,27 +39,28 @@ TINY_SHAPE = dict(
 
 
 def tokenizer_corpus() -> list[str]:
-    """Text the tiny tokenizer is trained on: GEM game instructions, feedback and templates."""
-    import gem
+    """Text the tiny tokenizer is trained on: GuessTheNumber games (raw and as every template
+    renders them through the ``concat`` wrapper), answers, and the templates themselves."""
+    import random
 
+    from gemlab.envs import make_envs
     from gemlab.templates import TEMPLATES
 
+    rng = random.Random(0)
+    templates = [template for template in TEMPLATES.values() if template.renders_text]
     texts: list[str] = []
-    for env_id in ("game:GuessTheNumber-v0-easy", "game:GuessTheNumber-v0-hard"):
-        env = gem.make(env_id, seed=0, use_mp=False)
-        for _ in range(20):
+    for env_id in ("game:GuessTheNumber-v0-easy", "game:GuessTheNumber-v0-hard", "game:GuessTheNumber-v0-random"):
+        env = make_envs(env_id, 1, seed=0, env_wrappers="concat")[0]
+        for _ in range(40):
             obs, _ = env.reset()
+            done = False
+            while not done:
+                texts.extend(template.render_text(obs) for template in templates)
+                guess = rng.randint(0, env.unwrapped.max_number + 2)
+                obs, _, terminated, truncated, _ = env.step(rng.choice([f"\\boxed{{{guess}}}", str(guess)]))
+                done = terminated or truncated
             texts.append(obs)
-            for guess in range(0, 60, 3):
-                obs, _, terminated, truncated, _ = env.step(f"\\boxed{{{guess}}}")
-                texts.append(obs)
-                if terminated or truncated:
-                    break
-    for n in range(0, 101):
-        texts.append(f"\\boxed{{{n}}} At turn {n % 10}, you guessed {n}.")
-    for template in TEMPLATES.values():
-        if template.renders_text:
-            texts.append(template.render_text("Observation"))
+    texts.extend(f"\\boxed{{{n}}}<|im_end|>" for n in range(0, 101))
     texts.append("Think step by step. The answer is \\boxed{7}. I guess 5 because it is in the middle.")
     return texts
 
@@ -67,7 +68,14 @@ def tokenizer_corpus() -> list[str]:
 def train_tokenizer(path: Path = TOKENIZER_FILE) -> None:
     """Train the byte-level BPE on ``tokenizer_corpus()`` and write it to ``path``."""
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Split only at digit runs and newlines, so numbers stay whole tokens and frequent phrases
+    # ("and the target number is higher than ") become single tokens: prompts get ~4x shorter.
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r"\d+|\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
@@ -93,8 +101,9 @@ def load_tiny_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def build_tiny_model(seed: int = 0, **overrides: int) -> LlamaForCausalLM:
-    """A randomly initialised Llama sized by ``TINY_SHAPE``; same ``seed``, same weights."""
+def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: int) -> LlamaForCausalLM:
+    """A Llama sized by ``TINY_SHAPE``, randomly initialised from ``seed`` (same seed, same
+    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``)."""
     tokenizer = load_tiny_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -107,15 +116,11 @@ def build_tiny_model(seed: int = 0, **overrides: int) -> LlamaForCausalLM:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
+    if pretrained:
+        from gemlab.local.pretrain import load_pretrained
+
+        load_pretrained(model)
     return model
-
-
-def save_tiny(folder: str | Path, seed: int = 0) -> Path:
-    """Write the preset as an ordinary Hugging Face folder (``from_pretrained`` loads it offline)."""
-    folder = Path(folder)
-    build_tiny_model(seed).save_pretrained(folder)
-    load_tiny_tokenizer().save_pretrained(folder)
-    return folder
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ def test_external_weights_load_with_peft(training, prompt, tmp_path):
 
     nudge(training, prompt)
     path = training.save_weights_external("peft").result().path
-    model = PeftModel.from_pretrained(build_tiny_model(seed=0), str(checkpoints.resolve(path))).eval()
+    model = PeftModel.from_pretrained(build_tiny_model(seed=0, pretrained=True), str(checkpoints.resolve(path))).eval()
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt[:-1]])).logits[0]
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0]

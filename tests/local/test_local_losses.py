@@ -119,8 +119,9 @@ def test_builtin_loss_matches_formula_and_autograd(training, prompt, name):
     assert math.isclose(result.metrics["loss:sum"], hand_total, rel_tol=1e-5, abs_tol=1e-5)
     reference = _autograd_reference(training, data, name, full_config)
     assert sum(float(g.abs().sum()) for g in reference) > 0
+    scale = max(float(g.abs().max()) for g in reference)  # float32 sums in another order: noise ~1e-6 of it
     for a, b in zip(got, reference):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_clipping_is_active_in_ppo_test_data(training, prompt):

@@ -1,0 +1,100 @@
+"""The tiny preset's pretraining (gemlab/local/pretrain.py), its shipped weights and its tokenizer."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from gemlab.local import pretrain
+from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer
+
+HINT = re.compile(r"you guessed (\d+), and the target number is (higher|lower) than")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tiny_tokenizer()
+
+
+def allowed_interval(prompt_text: str, low: int = 1, high: int = 10) -> tuple[int, int]:
+    """The numbers still possible after the hints in a rendered prompt (an independent parse)."""
+    for guess, direction in HINT.findall(prompt_text):
+        if direction == "higher":
+            low = max(low, int(guess) + 1)
+        else:
+            high = min(high, int(guess) - 1)
+    return low, high
+
+
+def test_teacher_probs_put_skill_on_the_middle_and_the_rest_evenly():
+    state = pretrain.GameState(prompt=[], middle=7, guess=3, numbers=range(1, 11))
+    probs = pretrain.teacher_probs(state, skill=0.25)
+    assert sum(probs.values()) == pytest.approx(1.0)
+    assert probs[7] == pytest.approx(0.25 + 0.075)
+    assert all(probs[n] == pytest.approx(0.075) for n in range(1, 11) if n != 7)
+    assert pretrain.teacher_probs(state, skill=1.0)[7] == pytest.approx(1.0)
+
+
+def test_game_states_track_the_hints(tokenizer):
+    states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=0.25, seed=3, tokenizer=tokenizer)
+    for _ in range(200):
+        state = next(states)
+        low, high = allowed_interval(tokenizer.decode(state.prompt))
+        assert state.middle == (low + high) // 2
+        assert state.guess in state.numbers
+
+
+def test_a_perfect_player_wins_every_easy_game(tokenizer):
+    """With skill 1 the player bisects: no easy game (1..10, 4 turns) lasts beyond turn 4."""
+    states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=1.0, seed=0, tokenizer=tokenizer)
+    for _ in range(300):
+        state = next(states)
+        assert state.guess == state.middle
+        assert tokenizer.decode(state.prompt).count("you guessed") <= 3
+
+
+def test_pretraining_lowers_the_loss(tokenizer):
+    model = build_tiny_model(seed=1, hidden_size=32, intermediate_size=64, num_hidden_layers=1)
+    losses = pretrain.pretrain(model, tokenizer, stages=((1.0, 25),), batch_size=8, learning_rate=1e-2, progress=False)
+    assert losses[0] > 5.0  # about log(vocabulary) per token at random init
+    assert sum(losses[-5:]) / 5 < 0.5 * losses[0]
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_the_shipped_base_plays_like_its_teacher(tokenizer):
+    """gemlab/tiny answers in format and puts more than the sloppy player's spread on the
+    bisection guess, but far from all of it: RL has something to sharpen."""
+    model = build_tiny_model(seed=0, pretrained=True)
+    before, numbers, after = pretrain.answer_tokens(tokenizer)
+    states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=pretrain.SKILL, seed=99, tokenizer=tokenizer)
+    middle, fmt = [], []
+    with torch.no_grad():
+        for _ in range(40):
+            state = next(states)
+            probs = model(input_ids=torch.tensor([state.prompt + before])).logits[0, -1].softmax(-1)
+            middle.append(float(probs[numbers[state.middle]]))
+            fmt.append(float(sum(probs[numbers[n]] for n in state.numbers)))
+    assert min(fmt) > 0.95  # a number of the range follows "\boxed{"
+    spread = (1 - pretrain.SKILL) / 10
+    assert spread * 2 < sum(middle) / len(middle) < 0.6
+
+
+def test_the_random_preset_is_the_same_model_before_pretraining():
+    random_init, pretrained = build_tiny_model(seed=0), build_tiny_model(seed=0, pretrained=True)
+    assert random_init.state_dict().keys() == pretrained.state_dict().keys()
+    weight = "model.embed_tokens.weight"
+    assert not torch.equal(random_init.state_dict()[weight], pretrained.state_dict()[weight])
+    assert pretrained.lm_head.weight.data_ptr() == pretrained.model.embed_tokens.weight.data_ptr()  # still tied
+
+
+def test_tokenizer_keeps_numbers_whole_and_prompts_short(tokenizer):
+    from gemlab.envs import make_envs
+    from gemlab.templates import get_template
+
+    assert all(len(tokenizer.encode(str(n), add_special_tokens=False)) == 1 for n in range(0, 101))
+    observation, _ = make_envs("game:GuessTheNumber-v0-easy", 1)[0].reset()
+    assert len(get_template("qwen3_game").render(observation, tokenizer)) < 60
+    text = "Any text at all, even émojis 🙂 and 12345."
+    assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
