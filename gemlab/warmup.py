@@ -3,7 +3,8 @@
 A randomly initialised model never writes a valid action, so RL would see only format errors.
 A few cross-entropy steps on scripted actions teach the format (SFT teaches the rules; RL then
 teaches the strategy). The scripted actions come from the env itself: GEM games provide
-``sample_random_action()``, which answers in the expected ``\\boxed{...}`` form.
+``sample_random_action()``, which answers in the expected ``\\boxed{...}`` form. The laptop
+preset's ``gemlab/tiny`` is pretrained and needs none; ``gemlab/tiny-random`` (notebook 02) does.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """The ``gemlab/tiny`` preset: a small chat model that builds offline in about a second on a CPU.
 
-Its tokenizer is a byte-level BPE with a 1,024-token vocabulary, trained once on the text of
-GEM's games and gemlab's prompt templates (``train_tokenizer`` rebuilds the shipped
-``assets/tiny-tokenizer.json``). It has Qwen3's chat markers (``<|im_start|>``, ``<|im_end|>``),
-so the ``qwen3_*`` templates tokenize as they do for real Qwen3 models, and a byte-level
-alphabet, so any text can be encoded. The model is a randomly initialised Llama whose weights
-depend only on ``seed``; a small vocabulary keeps the output layer cheap, which is what makes RL
-steps take seconds on a laptop.
+Its tokenizer is a byte-level BPE of at most 1,024 tokens (861 in practice), trained once on
+GuessTheNumber text as gemlab's templates render it (``train_tokenizer`` rebuilds the shipped
+``assets/tiny-tokenizer.json``). It splits words only at digit runs and newlines, so numbers are
+single tokens and the game's fixed sentences become one token each: an easy prompt is 36-60
+tokens. It has Qwen3's chat markers (``<|im_start|>``, ``<|im_end|>``), so the ``qwen3_*``
+templates tokenize as they do for real Qwen3 models, and a byte-level alphabet, so any text can
+be encoded. The model is a Llama sized by ``TINY_SHAPE``; ``build_tiny_model`` gives it random
+weights from ``seed`` (``gemlab/tiny-random``) or the weights ``pretrain.py`` made
+(``gemlab/tiny``). Short prompts and a small output layer are what make an RL step take about a
+second on a laptop.
 """
 
 from __future__ import annotations
