@@ -99,11 +99,12 @@ def answer_tokens(tokenizer: Any) -> tuple[list[int], dict[int, int], list[int]]
 
 
 def _batch(
-    states: list[GameState], skill: float, tokenizer: Any
+    states: list[GameState], skill: float, answer: tuple[list[int], dict[int, int], list[int]], tokenizer: Any
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded inputs, attention mask, labels for the answer's fixed tokens (-100 elsewhere),
-    the position that predicts the number, and the distribution of a player of ``skill`` there."""
-    before, numbers, after = answer_tokens(tokenizer)
+    the position that predicts the number, and the distribution of a player of ``skill`` there.
+    ``answer`` is ``answer_tokens(tokenizer)``."""
+    before, numbers, after = answer
     sequences = [state.prompt + before + [numbers[state.guess]] + after for state in states]
     length = max(map(len, sequences))
     inputs = torch.full((len(states), length), tokenizer.pad_token_id)
@@ -139,6 +140,7 @@ def pretrain(
     the last stage's player's. Returns the mean loss per answer token at each step."""
     torch.manual_seed(seed)
     states = game_states(env_id, stages[-1][0], seed, tokenizer)
+    answer = answer_tokens(tokenizer)
     skills = [skill for skill, steps in stages for _ in range(steps)]
     model.train()
     model.requires_grad_(True)
@@ -146,7 +148,7 @@ def pretrain(
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(skills))
     losses = []
     for skill in tqdm(skills, desc="pretraining gemlab/tiny", unit="step", disable=not progress):
-        inputs, mask, labels, positions, targets = _batch([next(states) for _ in range(batch_size)], skill, tokenizer)
+        inputs, mask, labels, positions, targets = _batch([next(states) for _ in range(batch_size)], skill, answer, tokenizer)
         logits = model(input_ids=inputs, attention_mask=mask).logits
         fixed = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), labels[:, 1:], reduction="sum")
         number = -(targets * logits[torch.arange(len(positions)), positions].log_softmax(-1)).sum()
