@@ -14,6 +14,13 @@ from gemlab.returns import NORMALIZATIONS
 from gemlab.templates import TEMPLATES
 
 BACKENDS = ("auto", "local", "tinker")
+# Tinker's built-in policy-gradient losses and the ``loss_fn_config`` keys each one takes.
+POLICY_LOSSES: dict[str, tuple[str, ...]] = {
+    "importance_sampling": (),  # GEM's choice: sum(-ratio * advantage)
+    "ppo": ("clip_low_threshold", "clip_high_threshold"),
+    "cispo": ("clip_low_threshold", "clip_high_threshold"),
+    "dro": ("beta",),
+}
 
 
 def _positive(obj: Any, attr: str) -> None:
@@ -66,6 +73,11 @@ class Config:
     normalization: str = chz.field(
         default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center' or 'group'"
     )
+    # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
+    loss_fn: str = chz.field(default="importance_sampling", validator=_one_of(tuple(POLICY_LOSSES)))
+    loss_fn_config: dict[str, float] | None = chz.field(
+        default=None, doc="the loss's settings, e.g. loss_fn_config.clip_low_threshold=0.8 (ppo, cispo)"
+    )
     # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
     warmup_steps: int = chz.field(default=0, validator=chz.validators.ge(0))
     warmup_learning_rate: float = chz.field(default=1e-3, validator=_positive)
@@ -74,6 +86,14 @@ class Config:
     log_dir: str = "runs"
     run_name: str | None = chz.field(default=None, doc="default: <env>-<model>-seed<seed>; an existing run resumes")
     wandb_project: str | None = None
+
+    @chz.validate
+    def _loss_config_keys(self) -> None:
+        allowed = POLICY_LOSSES[self.loss_fn]
+        unknown = sorted(set(self.loss_fn_config or {}) - set(allowed))
+        if unknown:
+            takes = ", ".join(allowed) or "no settings"
+            raise ValueError(f"loss_fn_config keys {unknown} are not used by loss_fn={self.loss_fn!r}; it takes: {takes}")
 
     @property
     def resolved_run_name(self) -> str:

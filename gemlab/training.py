@@ -6,7 +6,8 @@ Each step (GEM paper, Algorithm 1; GEM's Tinker example):
   3. per episode, discounted returns ``G_t = r_t + gamma * G_{t+1}``,
   4. normalize all returns in the batch (ReBN by default),
   5. subsample ``batch_size`` transitions and build one Datum each,
-  6. ``forward_backward(..., "importance_sampling")`` then ``optim_step`` (Adam).
+  6. ``forward_backward(..., "importance_sampling")`` then ``optim_step`` (Adam); ``loss_fn``
+     picks another of Tinker's policy-gradient losses (``ppo``, ``cispo``, ``dro``).
 
 The loop talks to Tinker's client interface only; ``gemlab.backend`` decides whether that is real
 Tinker or the local backend.
@@ -143,7 +144,9 @@ class Trainer:
         )
         datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
         train_start = time.time()
-        backward = await self.training_client.forward_backward_async(datums, "importance_sampling")
+        backward = await self.training_client.forward_backward_async(
+            datums, config.loss_fn, loss_fn_config=config.loss_fn_config
+        )
         optim = await self.training_client.optim_step_async(adam_params(config.learning_rate))
         result = await backward.result_async()
         await optim.result_async()
