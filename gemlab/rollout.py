@@ -29,6 +29,7 @@ class Transition:
     observation: str = ""  # the env's observation text, before the template
     action: str = ""  # the decoded action text the env received
     stop_reason: str = ""
+    sampler_version: int = 0  # optimizer steps in the weights that sampled the action
 
 
 @dataclass

@@ -201,6 +201,7 @@ class SampleBatcher:
     def _run(self) -> None:
         with self._lock:
             batch, self._pending, self._flush_queued = self._pending, [], False
+        batch = [r for r in batch if r.future.set_running_or_notify_cancel()]  # skip cancelled waits
         groups: dict[Any, list[Request]] = {}
         for request in batch:
             groups.setdefault(request.group, []).append(request)
