@@ -1,11 +1,20 @@
 """Where the local backend's work runs, and the futures that hand its results back.
 
-All model work (training steps, sampling batches, loading, saving) runs on one background
-thread, in submission order. That gives Tinker's ordering guarantee for free (a
-``forward_backward`` submitted before an ``optim_step`` runs before it), keeps the caller's
-event loop free while the model computes, and lets every client share one copy of each base
-model without locks. Results come back as Tinker's own ``AwaitableConcurrentFuture``, so
-``.result()``, ``await f.result_async()`` and ``await f`` behave exactly as with Tinker.
+Model work runs on two background threads, so that sampling and training overlap as they do on
+Tinker's servers:
+
+- the **training** worker runs every training client's requests (``forward_backward``,
+  ``optim_step``, saving, loading, copying weights for a sampler) in submission order, which
+  gives Tinker's ordering guarantee for free (a ``forward_backward`` submitted before an
+  ``optim_step`` runs before it);
+- the **sampling** worker runs sampling batches on its own copy of each base model, with
+  snapshot adapters copied from the training run at the moment they were asked for, so a
+  snapshot never changes while training goes on. (An ``inflight`` sampler follows the live
+  training weights, so its batches run on the training worker, in order with training.)
+
+Each worker owns its copy of a base model, so no model is ever touched by two threads. Results
+come back as Tinker's own ``AwaitableConcurrentFuture``, so ``.result()``,
+``await f.result_async()`` and ``await f`` behave exactly as with Tinker.
 """
 
 from __future__ import annotations
@@ -23,13 +32,18 @@ from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 T = TypeVar("T")
 C = TypeVar("C")
 
+TRAINING = "training"
+SAMPLING = "sampling"
+ROLES = (TRAINING, SAMPLING)
+
 
 class Worker:
     """One daemon thread that runs submitted jobs one after another, in submission order."""
 
-    def __init__(self) -> None:
+    def __init__(self, role: str = TRAINING) -> None:
+        self.role = role
         self._jobs: queue.Queue[tuple[Callable[[], Any], Future[Any]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="gemlab-local-worker", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"gemlab-local-{role}", daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
@@ -62,23 +76,55 @@ class Worker:
                 self._jobs.task_done()
 
 
-_worker: Worker | None = None
+_workers: dict[str, Worker] = {}
 _worker_lock = threading.Lock()
 
 
-def get_worker() -> Worker:
-    """The process-wide worker, started on first use; queued work finishes before exit."""
-    global _worker
+def get_worker(role: str = TRAINING) -> Worker:
+    """The process-wide worker for ``role`` (``"training"`` or ``"sampling"``), started on first
+    use; queued work finishes before the interpreter exits."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     with _worker_lock:
-        if _worker is None:
-            _worker = Worker()
-            atexit.register(_worker.drain)
-        return _worker
+        if role not in _workers:
+            _workers[role] = Worker(role)
+            atexit.register(_workers[role].drain)
+        return _workers[role]
+
+
+def on_a_worker_thread() -> bool:
+    """True inside any worker's job (where waiting on that worker would wait forever)."""
+    with _worker_lock:
+        workers = list(_workers.values())
+    return any(worker.on_worker_thread() for worker in workers)
 
 
 def run_in_order(fn: Callable[[], T]) -> AwaitableConcurrentFuture[T]:
-    """Run ``fn`` on the worker after everything already queued; a Tinker-style future of it."""
-    return AwaitableConcurrentFuture(get_worker().submit(fn))
+    """Run ``fn`` on the training worker after everything already queued there; a Tinker-style future of it."""
+    return AwaitableConcurrentFuture(get_worker(TRAINING).submit(fn))
+
+
+def then(first: Future[T], worker: Worker, fn: Callable[[T], C]) -> Future[C]:
+    """A future of ``fn(result of first)``, run on ``worker`` once ``first`` is done (without
+    blocking either worker while it waits)."""
+    out: Future[C] = Future()
+
+    def copy(done: Future[C]) -> None:
+        error = done.exception()
+        if error is not None:
+            out.set_exception(error)
+        else:
+            out.set_result(done.result())
+
+    def start(done: Future[T]) -> None:
+        error = done.exception()
+        if error is not None:
+            out.set_exception(error)
+        else:
+            worker.submit(lambda: fn(done.result())).add_done_callback(copy)
+
+    first.add_done_callback(start)
+    return out
 
 
 def completed(value: T) -> AwaitableConcurrentFuture[T]:
@@ -113,6 +159,6 @@ class ClientFuture(AwaitableConcurrentFuture[C], Generic[C]):
         return f"<{type(self).__name__}: {state}>"
 
 
-def client_future(fn: Callable[[], C]) -> ClientFuture[C]:
-    """Run ``fn`` (which builds a client) on the worker; a future usable as the client."""
-    return ClientFuture(get_worker().submit(fn))
+def client_future(fn: Callable[[], C], role: str = TRAINING) -> ClientFuture[C]:
+    """Run ``fn`` (which builds a client) on the ``role`` worker; a future usable as the client."""
+    return ClientFuture(get_worker(role).submit(fn))

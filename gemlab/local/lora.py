@@ -1,9 +1,9 @@
 """LoRA adapters (PEFT) on a shared base model: one adapter per training run and per sampling
 snapshot, switched in before each piece of work.
 
-Every adapter of a base model lives in one ``PeftModel``; only the worker thread touches it,
-and it activates the adapter it needs before each forward pass, so many clients share one
-copy of the base weights. ``train_attn`` targets the attention projections, ``train_mlp`` the
+Every adapter of a base model copy lives in one ``PeftModel``; only that copy's worker thread
+touches it, and it activates the adapter it needs before each forward pass, so many clients
+share one copy of the base weights (one copy for training runs, one for samplers). ``train_attn`` targets the attention projections, ``train_mlp`` the
 MLP projections and ``train_unembed`` the output layer (``lm_head``), as Tinker's flags do.
 The scale is ``LORA_ALPHA / rank``; A starts Kaiming-uniform (from the seed), B at zero, so a
 new adapter leaves the model's outputs unchanged.
@@ -162,6 +162,9 @@ def active(lm: LoadedModel, name: str | None) -> Iterator[Any]:
             raise RuntimeError(f"Adapter {name!r} does not exist")
         yield lm.model
     elif name is None:
+        if lm.peft.active_adapter not in lm.peft.peft_config:  # every adapter is gone: none applies
+            yield lm.model
+            return
         with lm.peft.disable_adapter():
             yield lm.model
     else:

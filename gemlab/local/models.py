@@ -12,7 +12,8 @@ Three kinds of name load a model, all without a network:
 
 Any other ``org/model`` name (a Tinker model such as ``Qwen/Qwen3-4B-Instruct-2507``) maps to
 the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny``), with a one-line warning.
-Loaded models are cached per process, so many clients share one copy.
+Loaded models are cached per process and worker: every training run shares one copy, every
+sampler another (see ``futures.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from gemlab.local.futures import TRAINING, Worker, get_worker
 
 logger = logging.getLogger("gemlab.local")
 
@@ -61,12 +64,19 @@ class LoadedModel:
     device: torch.device
     peft: Any = None
     adapters_created: int = field(default=0)
+    role: str = TRAINING  # the worker that owns this copy: "training" or "sampling"
+
+    @property
+    def worker(self) -> Worker:
+        """The one thread allowed to touch this copy of the model."""
+        return get_worker(self.role)
 
     @functools.cached_property
     def cpu_threads(self) -> int:
-        """Torch threads for this model on a CPU: ``$GEMLAB_THREADS``, else 1 for models under
-        50M parameters (more threads only add synchronisation, and on a busy machine OpenMP's
-        spinning makes them 10-100x slower), else half the cores, at most 4."""
+        """Torch threads for this model on a CPU, per worker (the training and the sampling
+        worker may compute at once): ``$GEMLAB_THREADS``, else 1 for models under 50M parameters
+        (more threads only add synchronisation, and on a busy machine OpenMP's spinning makes
+        them 10-100x slower), else half the cores, at most 4, so the two workers split them."""
         if os.environ.get(THREADS_ENV):
             return max(1, int(os.environ[THREADS_ENV]))
         if sum(p.numel() for p in self.model.parameters()) < 50_000_000:
@@ -200,7 +210,7 @@ def model_source(name: str) -> tuple[str | Path, dict[str, Any]]:
         return gguf.parent, {"gguf_file": gguf.name}
 
 
-_models: dict[tuple[str, str], LoadedModel] = {}
+_models: dict[tuple[str, str, str], LoadedModel] = {}
 _tokenizers: dict[str, Any] = {}
 _cache_lock = threading.RLock()
 
@@ -221,10 +231,11 @@ def load_tokenizer(name: str) -> Any:
         return _tokenizers[name]
 
 
-def load_model(name: str, device: torch.device) -> LoadedModel:
-    """Local model ``name`` on ``device``, loaded once per process and then shared."""
+def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedModel:
+    """Local model ``name`` on ``device``, loaded once per process and worker ``role``, then
+    shared by every client of that role (training runs, or samplers)."""
     with _cache_lock:
-        key = (name, str(device))
+        key = (name, str(device), role)
         if key not in _models:
             if name in (TINY, TINY_RANDOM):
                 from gemlab.local.tiny import build_tiny_model
@@ -237,5 +248,7 @@ def load_model(name: str, device: torch.device) -> LoadedModel:
                 model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
             model.requires_grad_(False)
             model.eval()
-            _models[key] = LoadedModel(name=name, model=model.to(device), tokenizer=load_tokenizer(name), device=device)
+            _models[key] = LoadedModel(
+                name=name, model=model.to(device), tokenizer=load_tokenizer(name), device=device, role=role
+            )
         return _models[key]

@@ -21,7 +21,6 @@ from tinker import SamplingClient, types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
 from gemlab.local import lora
-from gemlab.local.futures import get_worker
 from gemlab.local.models import LoadedModel
 from gemlab.local.sampling import MAX_ROWS, Request, Row, SampleBatcher, generate
 from gemlab.local.scoring import micro_batches, target_logprobs
@@ -116,7 +115,7 @@ class LocalSamplingClient(SamplingClient):
             last_n=prompt_logprobs_last_n,
             sequence_prefix=f"{self._handle}-{request_index}",
         )
-        return _SampleFuture(_batcher.submit(Request(group=self._group, payload=job)))
+        return _SampleFuture(_batcher.submit(Request(group=self._group, payload=job, worker=self._model.worker)))
 
     async def sample_async(
         self,
@@ -150,7 +149,7 @@ class LocalSamplingClient(SamplingClient):
         tokens = self._prompt_tokens(prompt)
         _check_last_n(prompt_logprobs_last_n, True, len(tokens))
         job = _Job(self, tokens, score=True, last_n=prompt_logprobs_last_n)
-        return _SampleFuture(_batcher.submit(Request(group=self._group, payload=job)))
+        return _SampleFuture(_batcher.submit(Request(group=self._group, payload=job, worker=self._model.worker)))
 
     async def compute_logprobs_async(
         self, prompt: types.ModelInput, prompt_logprobs_last_n: int | None = None
@@ -346,8 +345,8 @@ def _run_group(requests: list[Request]) -> list[Any]:
 
 
 def release_adapter(model: LoadedModel, adapter: str) -> None:
-    """Delete ``adapter`` once the work queued before now is done (its client is gone)."""
-    get_worker().submit(lambda: lora.delete_adapter(model, adapter))
+    """Delete ``adapter`` once the work queued on its model's worker is done (its client is gone)."""
+    model.worker.submit(lambda: lora.delete_adapter(model, adapter))
 
 
 _batcher = SampleBatcher(_run_group)

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from gemlab.local.futures import get_worker
+from gemlab.local.futures import SAMPLING, Worker, get_worker, on_a_worker_thread
 
 # Rows generated together at most (bounds the KV cache of big models).
 MAX_ROWS = 64
@@ -148,16 +148,18 @@ def generate(model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[lis
 
 @dataclass
 class Request:
-    """A queued piece of sampling work: ``run`` computes its result on the worker thread;
-    requests with the same ``group`` key run together in one ``run_group`` call."""
+    """A queued piece of sampling work: requests with the same ``group`` key run together in one
+    ``run_group`` call, on ``worker``."""
 
     group: Any
     payload: Any
     future: Future = field(default_factory=Future)
+    worker: Worker | None = None  # whose model copy it runs on (None: the sampling worker)
 
 
 class SampleBatcher:
-    """Collects sampling requests and runs each flush's worth as one batch on the worker."""
+    """Collects sampling requests and runs each flush's worth as one batch per group, on the
+    sampling worker (or, for a group on the training model's copy, on the training worker)."""
 
     def __init__(self, run_group: Callable[[list[Request]], list[Any]]) -> None:
         self._run_group = run_group
@@ -174,7 +176,7 @@ class SampleBatcher:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if loop is None or get_worker().on_worker_thread():
+        if loop is None or on_a_worker_thread():
             self.flush()
         elif loop not in self._settling:
             self._settling.add(loop)
@@ -187,7 +189,7 @@ class SampleBatcher:
             if not self._pending or self._flush_queued:
                 return
             self._flush_queued = True
-        get_worker().submit(self._run)
+        get_worker(SAMPLING).submit(self._run)
 
     def _settle(self, loop: asyncio.AbstractEventLoop, hops: int, last_count: int) -> None:
         with self._lock:
@@ -206,11 +208,18 @@ class SampleBatcher:
         for request in batch:
             groups.setdefault(request.group, []).append(request)
         for requests in groups.values():
-            try:
-                results = self._run_group(requests)
-            except BaseException as exc:  # every request of the group gets the error
-                for request in requests:
-                    request.future.set_exception(exc)
+            worker = requests[0].worker
+            if worker is None or worker.on_worker_thread():
+                self._run_requests(requests)
             else:
-                for request, result in zip(requests, results):
-                    request.future.set_result(result)
+                worker.submit(lambda requests=requests: self._run_requests(requests))
+
+    def _run_requests(self, requests: list[Request]) -> None:
+        try:
+            results = self._run_group(requests)
+        except BaseException as exc:  # every request of the group gets the error
+            for request in requests:
+                request.future.set_exception(exc)
+        else:
+            for request, result in zip(requests, results):
+                request.future.set_result(result)

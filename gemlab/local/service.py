@@ -21,7 +21,7 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
 
 from gemlab.local import checkpoints, lora
-from gemlab.local.futures import ClientFuture, client_future, completed, run_in_order
+from gemlab.local.futures import SAMPLING, ClientFuture, client_future, completed, run_in_order
 from gemlab.local.models import CONTEXT_LENGTHS, PRESETS, choose_device, load_model, resolve_model_name
 from gemlab.local.sampler import LocalSamplingClient
 from gemlab.local.training import LocalTrainingClient, check_compatible, sampler_from_checkpoint
@@ -169,12 +169,20 @@ class LocalServiceClient(ServiceClient):
             folder = checkpoints.resolve(model_path, self._root)
             meta = checkpoints.load_meta(folder)
             local = meta["local_model"]
-            return client_future(lambda: sampler_from_checkpoint(load_model(local, self._device), folder, base_model))
+            return client_future(
+                lambda: sampler_from_checkpoint(load_model(local, self._device, SAMPLING), folder, base_model),
+                role=SAMPLING,
+            )
         local = resolve_model_name(base_model)
         return client_future(
             lambda: LocalSamplingClient(
-                model=load_model(local, self._device), adapter=None, base_model=base_model, seed=0, owns_adapter=False
-            )
+                model=load_model(local, self._device, SAMPLING),
+                adapter=None,
+                base_model=base_model,
+                seed=0,
+                owns_adapter=False,
+            ),
+            role=SAMPLING,
         )
 
     async def create_sampling_client_async(

@@ -1,6 +1,6 @@
 """``LocalTrainingClient``: Tinker's ``TrainingClient`` as a LoRA trainer in this process.
 
-Each request queues on the worker and runs in submission order. ``forward_backward`` adds
+Each request queues on the training worker and runs in submission order. ``forward_backward`` adds
 the gradient of the summed loss to the adapter's gradients, which accumulate until
 ``optim_step`` applies AdamW (decoupled weight decay, optional global-norm clipping, exactly
 ``torch.optim.AdamW``) and clears them, as on Tinker. Per datum, ``loss_fn_outputs`` carries
@@ -20,9 +20,9 @@ from tinker.lib.public_interfaces.api_future import APIFuture
 from tinker.lib.public_interfaces.custom_loss import LossHandle, check_loss_inputs, run_loss_handle
 
 from gemlab.local import checkpoints, lora
-from gemlab.local.futures import ClientFuture, client_future, run_in_order
+from gemlab.local.futures import SAMPLING, ClientFuture, client_future, get_worker, run_in_order, then
 from gemlab.local.losses import loss_spec, resolve_config
-from gemlab.local.models import LoadedModel
+from gemlab.local.models import LoadedModel, load_model
 from gemlab.local.sampler import LocalSamplingClient, release_adapter
 from gemlab.local.scoring import micro_batches, target_logprobs
 
@@ -287,7 +287,12 @@ class LocalTrainingClient(TrainingClient):
         run's live weights."""
         if kind not in ("snapshot", "inflight"):
             raise ValueError(f"kind must be 'snapshot' or 'inflight', got {kind!r}")
-        return client_future(lambda: self._snapshot_sampler(kind == "inflight"))
+        if kind == "inflight":
+            return client_future(self._inflight_sampler)
+        # the weights are copied on the training worker, in order; the sampler is built from
+        # that copy on the sampling worker's own model, where training never reaches it
+        weights = run_in_order(lambda: lora.state_dict(self._model, self._adapter)).future()
+        return ClientFuture(then(weights, get_worker(SAMPLING), self._snapshot_sampler))
 
     async def save_weights_and_get_sampling_client_async(
         self,
@@ -306,7 +311,9 @@ class LocalTrainingClient(TrainingClient):
     ) -> ClientFuture[LocalSamplingClient]:
         """A sampler of saved weights (a ``local://`` path or folder) on this run's base model."""
         folder = checkpoints.resolve(model_path, self._root)
-        return client_future(lambda: sampler_from_checkpoint(self._model, folder, self._base_model))
+        return client_future(
+            lambda: sampler_from_checkpoint(self._sampling_model(), folder, self._base_model), role=SAMPLING
+        )
 
     async def create_sampling_client_async(
         self,
@@ -467,19 +474,28 @@ class LocalTrainingClient(TrainingClient):
             self._steps = int(saved.meta.get("optimizer_steps", 0))
         return types.LoadWeightsResponse(path=path, model_id=self._run_id)
 
-    def _snapshot_sampler(self, inflight: bool) -> LocalSamplingClient:
-        if inflight:
-            adapter = self._adapter
-        else:
-            adapter = lora.add_adapter(self._model, self._spec, self._seed, prefix="snap")
-            lora.load_state_dict(self._model, adapter, lora.state_dict(self._model, self._adapter))
+    def _sampling_model(self) -> LoadedModel:
+        """The sampling worker's copy of this run's base model."""
+        return load_model(self._model.name, self._model.device, role=SAMPLING)
+
+    def _snapshot_sampler(self, weights: dict[str, torch.Tensor]) -> LocalSamplingClient:
+        """A sampler holding ``weights`` (runs on the sampling worker)."""
+        model = self._sampling_model()
+        adapter = lora.add_adapter(model, self._spec, self._seed, prefix="snap")
+        lora.load_state_dict(model, adapter, weights)
+        return LocalSamplingClient(
+            model=model, adapter=adapter, base_model=self._base_model, seed=self._seed, owns_adapter=True
+        )
+
+    def _inflight_sampler(self) -> LocalSamplingClient:
+        """A sampler of this run's live adapter: its batches run on the training worker, in order."""
         return LocalSamplingClient(
             model=self._model,
-            adapter=adapter,
+            adapter=self._adapter,
             base_model=self._base_model,
             seed=self._seed,
-            owns_adapter=not inflight,
-            keep_alive=self if inflight else None,
+            owns_adapter=False,
+            keep_alive=self,
         )
 
 
@@ -494,7 +510,7 @@ def check_compatible(meta: dict[str, Any], model: LoadedModel, spec: lora.LoraSp
 
 
 def sampler_from_checkpoint(model: LoadedModel, folder: Any, base_model: str | None = None) -> LocalSamplingClient:
-    """A sampling client holding the weights saved in ``folder`` (runs on the worker)."""
+    """A sampling client holding the weights saved in ``folder`` (runs on ``model``'s worker)."""
     saved = checkpoints.load(folder)
     check_compatible(saved.meta, model)
     spec = lora.LoraSpec(**saved.meta["lora"])

@@ -56,12 +56,12 @@ def test_compute_logprobs_and_prompt_logprobs_equal_training(trained, prompt):
 
 
 def test_logprobs_are_those_of_the_tempered_distribution(trained, prompt):
-    training, sampling = trained
+    _, sampling = trained
     response = sampling.sample(
         types.ModelInput.from_ints(prompt), 1, params(max_tokens=6, temperature=0.6, seed=1)
     ).result()
     seq = response.sequences[0]
-    with lora.active(training._model, sampling._adapter) as model, torch.no_grad():
+    with lora.active(sampling._model, sampling._adapter) as model, torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + seq.tokens])).logits[0, len(prompt) - 1 : -1]
     tempered = torch.log_softmax(logits / 0.6, -1).gather(-1, torch.tensor(seq.tokens)[:, None])[:, 0]
     torch.testing.assert_close(torch.tensor(seq.logprobs), tempered, rtol=0, atol=1e-4)
