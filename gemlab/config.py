@@ -115,6 +115,12 @@ class Config:
     normalization: str = chz.field(
         default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center' or 'group'"
     )
+    # asynchronous rollouts (gemlab/async_rollout.py)
+    max_staleness: int = chz.field(
+        default=0,
+        validator=chz.validators.ge(0),
+        doc="0: GEM's synchronous loop; k: collect the next batches while a step trains, never more than k steps old",
+    )
     # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
     loss_fn: str = chz.field(default="importance_sampling", validator=_one_of(tuple(POLICY_LOSSES)))
     loss_fn_config: dict[str, float] | None = chz.field(

@@ -36,8 +36,9 @@ def policy_metrics(transitions: Sequence[Transition], loss_fn_outputs: Sequence[
     """Token entropy estimate and sample-vs-train KL over the trained transitions.
 
     ``entropy ~ -mean(sampler logprob)`` over action tokens. With ``d = sampler - learner``
-    logprob per action token: ``kl_v1 = mean(d)`` and ``kl_v2 = 0.5 * mean(d**2)``. Both are ~0
-    when the sampler and the learner hold the same weights.
+    logprob per action token: ``kl_v1 = mean(d)``, ``kl_v2 = 0.5 * mean(d**2)`` and
+    ``logprob_diff_abs = mean(|d|)`` (how off-policy the batch is, as tinker-atropos plots it).
+    All are ~0 when the sampler and the learner hold the same weights.
     """
     sampler: list[float] = []
     diffs: list[np.ndarray] = []
@@ -48,9 +49,15 @@ def policy_metrics(transitions: Sequence[Transition], loss_fn_outputs: Sequence[
         diffs.append(np.asarray(transition.act_logprobs, dtype=np.float64) - learner)
     d = np.concatenate(diffs) if diffs else np.zeros(0)
     if d.size == 0:
-        return {"sampler/token_entropy": 0.0, "train/kl_sample_train_v1": 0.0, "train/kl_sample_train_v2": 0.0}
+        return {
+            "sampler/token_entropy": 0.0,
+            "train/kl_sample_train_v1": 0.0,
+            "train/kl_sample_train_v2": 0.0,
+            "train/logprob_diff_abs": 0.0,
+        }
     return {
         "sampler/token_entropy": float(-np.mean(sampler)),
         "train/kl_sample_train_v1": float(d.mean()),
         "train/kl_sample_train_v2": float(0.5 * (d**2).mean()),
+        "train/logprob_diff_abs": float(np.abs(d).mean()),
     }

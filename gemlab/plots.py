@@ -25,6 +25,8 @@ LABELS = {
     "train/kl_sample_train_v2": "KL(sampler || learner), v2 (nats)",
     "train/loss:sum": "importance-sampling loss (sum)",
     "time/step": "wall time per step (s)",
+    "train/logprob_diff_abs": "mean |sampler - learner| logprob (nats)",
+    "async/staleness_mean": "staleness (optimizer steps behind)",
 }
 
 
@@ -107,6 +109,53 @@ def plot_diagnostics(run: Run, *, smoothing: int = 1, title: str | None = None) 
     ax.legend()
     fig.suptitle(title or "Training diagnostics")
     return fig
+
+
+def plot_timeline(
+    runs: Mapping[str, Run], *, steps: int = 6, ax: plt.Axes | None = None, title: str | None = None
+) -> plt.Axes:
+    """When each step sampled and trained (from ``time/*_start``/``time/*_end``), one lane per run:
+    a synchronous run alternates, an asynchronous one samples the next batch while it trains."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 1 + 1.1 * len(runs)))
+    colors = {"sample": "tab:blue", "train": "tab:orange"}
+    for lane, (label, run) in enumerate(runs.items()):
+        df = load_metrics(run).head(steps)
+        origin = df["time/sample_start"].iloc[0]
+        for phase, offset in (("sample", 0.22), ("train", -0.22)):
+            spans = [(a - origin, b - a) for a, b in zip(df[f"time/{phase}_start"], df[f"time/{phase}_end"])]
+            ax.broken_barh(spans, (lane + offset - 0.2, 0.4), facecolors=colors[phase], edgecolor="white", label=phase if lane == 0 else None)
+            for (start, width), step in zip(spans, df["step"]):
+                ax.text(start + width / 2, lane + offset, str(int(step)), ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(range(len(runs)), list(runs))
+    ax.set_xlabel("wall-clock time since the first step started sampling (s)")
+    ax.set_title(title or "Sampling and training per step (numbers are step indices)")
+    ax.legend(loc="upper right")
+    ax.grid(alpha=0.3, axis="x")
+    return ax
+
+
+def plot_vs_wall_clock(
+    groups: Mapping[str, Sequence[Run]],
+    metric: str = "sampler/success_rate",
+    *,
+    smoothing: int = 5,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+) -> plt.Axes:
+    """``metric`` against wall-clock time (each step's ``time/train_end``), one colour per group,
+    one line per run."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    for color, (label, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], groups.items()):
+        for index, run in enumerate(runs):
+            df = load_metrics(run)
+            ax.plot(df["time/train_end"], smooth(df[metric], smoothing), color=color, lw=1.5, alpha=0.85,
+                    label=f"{label} (n={len(runs)})" if index == 0 else None)  # fmt: skip
+    _label(ax, metric, title, smoothing)
+    ax.set_xlabel("wall-clock time since the trainer started (s)")
+    ax.legend()
+    return ax
 
 
 def save_figure(fig_or_ax: plt.Figure | plt.Axes, path: str | Path, dpi: int = 120) -> Path:

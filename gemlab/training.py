@@ -9,6 +9,10 @@ Each step (GEM paper, Algorithm 1; GEM's Tinker example):
   6. ``forward_backward(..., "importance_sampling")`` then ``optim_step`` (Adam); ``loss_fn``
      picks another of Tinker's policy-gradient losses (``ppo``, ``cispo``, ``dro``).
 
+With ``max_staleness = k > 0`` steps 1-2 run ahead, while earlier steps train
+(``gemlab.async_rollout``): each batch is sampled by weights at most ``k`` steps old, every
+transition records that version, and the loss's importance ratio corrects for the lag.
+
 The loop talks to Tinker's client interface only; ``gemlab.backend`` decides whether that is real
 Tinker or the local backend.
 
@@ -38,6 +42,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from gemlab import run_folder
+from gemlab.async_rollout import AsyncRollouts, stamp_version, staleness_metrics
 from gemlab.backend import get_service_client, resolve_backend
 from gemlab.config import Config, adam_params
 from gemlab.datums import policy_gradient_datum
@@ -142,6 +147,8 @@ class Trainer:
         self.checkpoints: list[dict[str, Any]] = []
         self._stop_requested = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
+        self._rollouts: AsyncRollouts | None = None  # batches collected ahead (max_staleness > 0)
+        self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
         self._wandb = None
         self._lock = run_folder.RunLock(self.run_dir)
         created = not self.run_dir.exists()
@@ -183,9 +190,15 @@ class Trainer:
         if step == 0 and config.warmup_steps > 0 and not self.history:
             await self._warmup()
         start = time.time()
-        # ALGO LOGIC: 1-2. snapshot the weights, play the envs
-        batch = await self.sample_batch(step)
-        sample_time = time.time() - start
+        # ALGO LOGIC: 1-2. snapshot the weights, play the envs (ahead of the learner if max_staleness > 0)
+        if config.max_staleness > 0:
+            batch, timeline = await self._take_ahead(step)
+        else:
+            batch = await self.sample_batch(step)
+            stamp_version(batch, step)
+            timeline = {"time/sample_start": start - self._clock, "time/sample_end": time.time() - self._clock}
+        sample_time = timeline["time/sample_end"] - timeline["time/sample_start"]
+        self.last_batch = batch
         # ALGO LOGIC: 3-5. returns, normalization, subsampling, datums
         transitions, advantages = prepare_transitions(
             batch,
@@ -196,16 +209,21 @@ class Trainer:
         )
         datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
         # ALGO LOGIC: 6. update, then log and checkpoint: from here on the step always completes
-        update = asyncio.ensure_future(self._update(step, batch, transitions, datums, start, sample_time))
+        timeline.update(staleness_metrics(transitions, step))
+        update = asyncio.ensure_future(self._update(step, batch, transitions, datums, start, sample_time, timeline))
         return await _finish(update)
 
     async def sample_batch(self, step: int) -> RolloutBatch:
         """Steps 1-2: a snapshot of the current weights plays the envs until ``batch_size`` transitions."""
-        config = self.config
         sampling_client = await self.training_client.save_weights_and_get_sampling_client_async()
-        random.seed(request_seed(config.seed, step))  # GEM's games draw from the global random
-        with tqdm(total=config.batch_size, desc=f"step {step} episodes", unit="transition", leave=False, disable=not self.progress) as bar:
-            batch = await collect_batch(
+        return await self._collect(step, sampling_client)
+
+    async def _collect(self, index: int, sampling_client: Any) -> RolloutBatch:
+        """Batch ``index`` (its seeds derive from the index): the envs played until ``batch_size`` transitions."""
+        config = self.config
+        random.seed(request_seed(config.seed, index))  # GEM's games draw from the global random
+        with tqdm(total=config.batch_size, desc=f"step {index} episodes", unit="transition", leave=False, disable=not self.progress) as bar:
+            return await collect_batch(
                 sampling_client,
                 self.envs,
                 tokenizer=self.tokenizer,
@@ -213,20 +231,46 @@ class Trainer:
                 min_transitions=config.batch_size,
                 max_tokens=config.max_tokens,
                 temperature=config.temperature,
-                seed=request_seed(config.seed, step, 1),
+                seed=request_seed(config.seed, index, 1),
                 progress=bar,
             )
-        self.last_batch = batch
-        return batch
+
+    async def _take_ahead(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch for ``step`` from the rollouts collected ahead (started on first use)."""
+        if self._rollouts is None:
+            self._rollouts = AsyncRollouts(self._collect, max_staleness=self.config.max_staleness, first_step=step)
+            self._rollouts.publish(self.training_client.save_weights_and_get_sampling_client(), version=step)
+        waited = time.time()
+        ready, dropped = await self._rollouts.take(step)
+        return ready.batch, {
+            "time/sample_start": ready.started - self._clock,
+            "time/sample_end": ready.finished - self._clock,
+            "time/wait": time.time() - waited,
+            "async/batches_dropped": float(dropped),
+        }
+
+    async def _stop_rollouts(self) -> None:
+        if self._rollouts is not None:
+            await self._rollouts.close()
+            self._rollouts = None
 
     async def _update(
-        self, step: int, batch: RolloutBatch, transitions: list[Transition], datums: list[Any], start: float, sample_time: float
+        self,
+        step: int,
+        batch: RolloutBatch,
+        transitions: list[Transition],
+        datums: list[Any],
+        start: float,
+        sample_time: float,
+        timeline: dict[str, float],
     ) -> dict[str, float]:
         config = self.config
         train_start = time.time()
         self._mid_update = True
         backward = await self.training_client.forward_backward_async(datums, config.loss_fn, loss_fn_config=config.loss_fn_config)
         optim = await self.training_client.optim_step_async(adam_params(config.learning_rate))
+        if self._rollouts is not None:  # the new weights go to the sampler as soon as they exist
+            self._rollouts.publish(self.training_client.save_weights_and_get_sampling_client(), version=step + 1)
         result = await backward.result_async()
         optim_result = await optim.result_async()
 
@@ -246,6 +290,9 @@ class Trainer:
         metrics["time/sample"] = sample_time
         metrics["time/train"] = time.time() - train_start
         metrics["time/step"] = time.time() - start
+        metrics.update(timeline)
+        metrics["time/train_start"] = train_start - self._clock
+        metrics["time/train_end"] = time.time() - self._clock
         self.step_index = step + 1
         self._log(metrics)
         self._mid_update = False
@@ -267,6 +314,7 @@ class Trainer:
                 metrics = self.step()
                 bar.set_postfix(success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
                 bar.update(1)
+        self._loop.run(self._stop_rollouts())
         self.save_checkpoint()
         return self.history
 
@@ -283,6 +331,8 @@ class Trainer:
         """Stop the trainer's event loop (and wandb, if used) and unlock the run folder."""
         if self._wandb is not None:
             self._wandb.finish()
+        if self.consistent:
+            self._loop.run(self._stop_rollouts())
         self._loop.close()
         self._lock.release()
 

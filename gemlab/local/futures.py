@@ -77,12 +77,16 @@ class Worker:
 
 
 _workers: dict[str, Worker] = {}
-_worker_lock = threading.Lock()
+# re-entrant: a garbage-collected client's finalizer may ask for a worker while this thread holds it
+_worker_lock = threading.RLock()
 
 
 def get_worker(role: str = TRAINING) -> Worker:
     """The process-wide worker for ``role`` (``"training"`` or ``"sampling"``), started on first
     use; queued work finishes before the interpreter exits."""
+    worker = _workers.get(role)
+    if worker is not None:
+        return worker
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {role!r}")
     with _worker_lock:
@@ -94,9 +98,7 @@ def get_worker(role: str = TRAINING) -> Worker:
 
 def on_a_worker_thread() -> bool:
     """True inside any worker's job (where waiting on that worker would wait forever)."""
-    with _worker_lock:
-        workers = list(_workers.values())
-    return any(worker.on_worker_thread() for worker in workers)
+    return any(worker.on_worker_thread() for worker in tuple(_workers.values()))
 
 
 def run_in_order(fn: Callable[[], T]) -> AwaitableConcurrentFuture[T]:
@@ -106,10 +108,12 @@ def run_in_order(fn: Callable[[], T]) -> AwaitableConcurrentFuture[T]:
 
 def then(first: Future[T], worker: Worker, fn: Callable[[T], C]) -> Future[C]:
     """A future of ``fn(result of first)``, run on ``worker`` once ``first`` is done (without
-    blocking either worker while it waits)."""
+    blocking either worker while it waits). Cancelling it drops the result."""
     out: Future[C] = Future()
 
-    def copy(done: Future[C]) -> None:
+    def relay(done: Future[Any]) -> None:
+        if not out.set_running_or_notify_cancel():
+            return  # nobody wants the result any more
         error = done.exception()
         if error is not None:
             out.set_exception(error)
@@ -117,11 +121,10 @@ def then(first: Future[T], worker: Worker, fn: Callable[[T], C]) -> Future[C]:
             out.set_result(done.result())
 
     def start(done: Future[T]) -> None:
-        error = done.exception()
-        if error is not None:
-            out.set_exception(error)
+        if done.exception() is not None or out.cancelled():
+            relay(done)
         else:
-            worker.submit(lambda: fn(done.result())).add_done_callback(copy)
+            worker.submit(lambda: fn(done.result())).add_done_callback(relay)
 
     first.add_done_callback(start)
     return out

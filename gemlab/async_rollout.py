@@ -1,0 +1,127 @@
+"""Rollouts collected ahead of the learner, with bounded staleness (``max_staleness = k``).
+
+The synchronous loop alternates: sample a batch with the current weights, train on it, repeat,
+so the sampler idles while the learner trains and the other way round. Here a producer task
+collects the batch for step ``j`` while earlier steps train, with the newest weights published
+so far, but only once weights of version ``j - k`` or newer exist (version = optimizer steps
+taken). So a batch is at most ``k`` steps old when it is trained on; ``take`` also checks it from
+the versions each transition records, and drops (and counts) any batch older than that.
+The importance-sampling ratio of the loss, ``exp(learner - sampler logprob)``, corrects for the
+lag (``ppo``/``cispo`` also clip it). This is the scheme of tinker-atropos / PipelineRL's
+bounded off-policyness, reduced to one sampler and one learner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gemlab.rollout import RolloutBatch, Transition
+
+
+@dataclass
+class ReadyBatch:
+    """A collected batch, the weights version that sampled it, and when it was collected."""
+
+    index: int
+    batch: RolloutBatch
+    version: int
+    started: float
+    finished: float
+
+
+def stamp_version(batch: RolloutBatch, version: int) -> None:
+    """Record on every transition the weights version that sampled it."""
+    for episode in batch.episodes:
+        for transition in episode.transitions:
+            transition.sampler_version = version
+
+
+def staleness_metrics(transitions: list[Transition], step: int) -> dict[str, float]:
+    """How many optimizer steps behind the learner the trained transitions were sampled."""
+    lags = np.asarray([step - t.sampler_version for t in transitions], dtype=np.float64)
+    return {
+        "async/staleness_mean": float(lags.mean()) if lags.size else 0.0,
+        "async/staleness_max": float(lags.max()) if lags.size else 0.0,
+    }
+
+
+class AsyncRollouts:
+    """Collects batch ``j`` (for step ``j``) ahead of the learner with the newest published
+    weights of version ``>= j - max_staleness``; ``take(step)`` hands it over.
+
+    ``collect(index, sampling_client)`` plays one batch. Call ``publish`` with a future (or
+    awaitable) of a sampling client after every optimizer step, ``take`` once per step, and
+    ``close`` at the end.
+    """
+
+    def __init__(self, collect: Callable[[int, Any], Awaitable[RolloutBatch]], *, max_staleness: int, first_step: int) -> None:
+        if max_staleness < 1:
+            raise ValueError(f"max_staleness must be at least 1 for asynchronous rollouts, got {max_staleness}")
+        self.max_staleness = max_staleness
+        self._collect = collect
+        self._next_index = first_step
+        self._latest: tuple[Any, int] | None = None
+        self._published = asyncio.Condition()
+        self._ready: asyncio.Queue[ReadyBatch | BaseException] = asyncio.Queue()
+        self._tasks: set[asyncio.Task] = set()
+        self._producer: asyncio.Task | None = None
+        self.dropped = 0
+
+    def publish(self, sampling_client: Awaitable[Any], version: int) -> None:
+        """Weights ``version`` become available once ``sampling_client`` resolves (the learner does not wait)."""
+        task = asyncio.ensure_future(self._publish(sampling_client, version))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if self._producer is None:
+            self._producer = asyncio.ensure_future(self._produce())
+
+    async def take(self, step: int) -> tuple[ReadyBatch, int]:
+        """The next batch at most ``max_staleness`` versions behind ``step``, and how many older
+        ones were dropped to get it."""
+        dropped = 0
+        while True:
+            item = await self._ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            if step - item.version <= self.max_staleness:
+                return item, dropped
+            dropped += 1
+            self.dropped += 1
+
+    async def close(self) -> None:
+        """Stop collecting (a batch being played is abandoned)."""
+        tasks = [t for t in (self._producer, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._producer = None
+
+    async def _publish(self, sampling_client: Awaitable[Any], version: int) -> None:
+        client = await sampling_client
+        async with self._published:
+            if self._latest is None or version > self._latest[1]:
+                self._latest = (client, version)
+            self._published.notify_all()
+
+    async def _produce(self) -> None:
+        try:
+            while True:
+                index = self._next_index
+                async with self._published:
+                    await self._published.wait_for(lambda: self._latest is not None and self._latest[1] >= index - self.max_staleness)
+                    client, version = self._latest
+                started = time.time()
+                batch = await self._collect(index, client)
+                stamp_version(batch, version)
+                self._ready.put_nowait(ReadyBatch(index, batch, version, started, time.time()))
+                self._next_index = index + 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # handed to the learner at its next take()
+            self._ready.put_nowait(error)
