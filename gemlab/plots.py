@@ -119,18 +119,19 @@ def plot_timeline(
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1 + 1.1 * len(runs)))
     colors = {"sample": "tab:blue", "train": "tab:orange"}
-    for lane, (label, run) in enumerate(runs.items()):
+    for index, (label, run) in enumerate(runs.items()):
+        lane = len(runs) - 1 - index  # the first run on top
         df = load_metrics(run).head(steps)
         origin = df["time/sample_start"].iloc[0]
         for phase, offset in (("sample", 0.22), ("train", -0.22)):
             spans = [(a - origin, b - a) for a, b in zip(df[f"time/{phase}_start"], df[f"time/{phase}_end"])]
-            ax.broken_barh(spans, (lane + offset - 0.2, 0.4), facecolors=colors[phase], edgecolor="white", label=phase if lane == 0 else None)
+            ax.broken_barh(spans, (lane + offset - 0.2, 0.4), facecolors=colors[phase], edgecolor="white", label=phase if index == 0 else None)
             for (start, width), step in zip(spans, df["step"]):
                 ax.text(start + width / 2, lane + offset, str(int(step)), ha="center", va="center", fontsize=7, color="white")
-    ax.set_yticks(range(len(runs)), list(runs))
+    ax.set_yticks(range(len(runs)), list(runs)[::-1])
     ax.set_xlabel("wall-clock time since the first step started sampling (s)")
     ax.set_title(title or "Sampling and training per step (numbers are step indices)")
-    ax.legend(loc="upper right")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(alpha=0.3, axis="x")
     return ax
 
@@ -143,17 +144,17 @@ def plot_vs_wall_clock(
     ax: plt.Axes | None = None,
     title: str | None = None,
 ) -> plt.Axes:
-    """``metric`` against wall-clock time (each step's ``time/train_end``), one colour per group,
-    one line per run."""
+    """``metric`` against wall-clock time (each step's end, counted from when the first step began
+    sampling, so model loading is left out), one colour per group, one line per run."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     for color, (label, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], groups.items()):
         for index, run in enumerate(runs):
             df = load_metrics(run)
-            ax.plot(df["time/train_end"], smooth(df[metric], smoothing), color=color, lw=1.5, alpha=0.85,
+            ax.plot(df["time/train_end"] - df["time/sample_start"].iloc[0], smooth(df[metric], smoothing), color=color, lw=1.5, alpha=0.85,
                     label=f"{label} (n={len(runs)})" if index == 0 else None)  # fmt: skip
     _label(ax, metric, title, smoothing)
-    ax.set_xlabel("wall-clock time since the trainer started (s)")
+    ax.set_xlabel("wall-clock time since the first step began (s)")
     ax.legend()
     return ax
 
