@@ -144,6 +144,7 @@ class Trainer:
         self.step_index = 0
         self.history: list[dict[str, float]] = []
         self.last_batch: RolloutBatch | None = None
+        self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self.checkpoints: list[dict[str, Any]] = []
         self._stop_requested = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
@@ -274,6 +275,7 @@ class Trainer:
         result = await backward.result_async()
         optim_result = await optim.result_async()
 
+        self.last_update = (transitions, result.loss_fn_outputs)
         metrics: dict[str, float] = {"step": float(step)}
         metrics.update(rollout_metrics(batch))
         metrics.update(policy_metrics(transitions, result.loss_fn_outputs))
