@@ -248,10 +248,14 @@ class LocalSamplingClient(SamplingClient):
         return rows, request_index
 
     def _stops(self, stop: Any) -> tuple[frozenset[int], tuple[str, ...]]:
+        """As tinker 0.38 states: ``None`` stops at EOS, ``[]`` never stops early, and stop strings
+        or token ids stop there as well as at EOS."""
         if stop is None:
             return self._model.eos_token_ids, ()
         items = [stop] if isinstance(stop, str) else list(stop)
-        ids = frozenset(int(s) for s in items if not isinstance(s, str))
+        if not items:
+            return frozenset(), ()
+        ids = self._model.eos_token_ids | frozenset(int(s) for s in items if not isinstance(s, str))
         strings = tuple(s for s in items if isinstance(s, str))
         if any(not s for s in strings):
             raise ValueError("Stop strings must not be empty")
