@@ -108,7 +108,7 @@ class LocalTrainingClient(TrainingClient):
         self._optimizer = self._new_optimizer()
         self._steps = 0
         self.model_id = run_id
-        checkpoints.register_run(run_id, root)
+        checkpoints.register_run(run_id, root, self._meta(None))
         finalizer = weakref.finalize(self, release_adapter, model, self._adapter)
         finalizer.atexit = False
 
