@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import torch
@@ -184,6 +184,17 @@ class LocalSamplingClient(SamplingClient):
         if client is None:
             raise ValueError(f"No local sampling client {handle!r} in this process (handles do not cross processes)")
         return client
+
+    @staticmethod
+    def create(*args: Any, **kwargs: Any) -> NoReturn:
+        """Tinker's internal factory needs a server connection; locally a sampler comes from
+        ``create_sampling_client`` or ``save_weights_and_get_sampling_client``."""
+        from gemlab.local.rest import unavailable
+
+        unavailable(
+            "SamplingClient.create (Tinker's internal factory)",
+            "use ServiceClient.create_sampling_client or TrainingClient.save_weights_and_get_sampling_client",
+        )
 
     def on_queue_state_change(self, queue_state: QueueState, queue_state_reason: str | None) -> None:
         """Local sampling never queues behind other users; nothing to report."""
