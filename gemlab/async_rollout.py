@@ -71,6 +71,7 @@ class AsyncRollouts:
         self._ready: asyncio.Queue[ReadyBatch | BaseException] = asyncio.Queue()
         self._tasks: set[asyncio.Task] = set()
         self._producer: asyncio.Task | None = None
+        self._closing = False
         self.dropped = 0
 
     def publish(self, sampling_client: Awaitable[Any], version: int) -> None:
@@ -95,12 +96,17 @@ class AsyncRollouts:
             self.dropped += 1
 
     async def close(self) -> None:
-        """Stop collecting (a batch being played is abandoned)."""
-        tasks = [t for t in (self._producer, *self._tasks) if t is not None]
-        for task in tasks:
+        """Stop collecting once the batch being played is complete (so none of its requests is
+        left half-sent to the sampler), and forget weights still being published."""
+        async with self._published:
+            self._closing = True
+            self._published.notify_all()
+        if self._producer is not None:
+            await asyncio.gather(self._producer, return_exceptions=True)
+            self._producer = None
+        for task in list(self._tasks):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._producer = None
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _publish(self, sampling_client: Awaitable[Any], version: int) -> None:
         client = await sampling_client
@@ -111,10 +117,14 @@ class AsyncRollouts:
 
     async def _produce(self) -> None:
         try:
-            while True:
+            while not self._closing:
                 index = self._next_index
                 async with self._published:
-                    await self._published.wait_for(lambda: self._latest is not None and self._latest[1] >= index - self.max_staleness)
+                    await self._published.wait_for(
+                        lambda: self._closing or (self._latest is not None and self._latest[1] >= index - self.max_staleness)
+                    )
+                    if self._closing:
+                        return
                     client, version = self._latest
                 started = time.time()
                 batch = await self._collect(index, client)

@@ -189,6 +189,12 @@ def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
 
 
 # ----- disk ---------------------------------------------------------------------------------
+def remove_staging_files(run_dir: Path) -> None:
+    """Delete the half-written files a killed ``atomic_write_text`` left (the lock says none is live)."""
+    for staging in run_dir.glob(".*.tmp-*"):
+        staging.unlink(missing_ok=True)
+
+
 def prune_local_checkpoints(root: Path, keep: set[Path]) -> int:
     """Under a local-backend root inside a run folder, delete checkpoint folders no index line
     names (steps rolled back, a save cut by a kill), staging leftovers and sampler snapshots.

@@ -105,7 +105,11 @@ class _LoopThread:
 
         future: Future[T] = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
         try:
-            return future.result()
+            while True:  # short waits: Python runs signal handlers (Ctrl-C) between them
+                try:
+                    return future.result(timeout=0.1)
+                except TimeoutError:
+                    continue
         except KeyboardInterrupt:
             future.cancel()
             try:
@@ -200,6 +204,8 @@ class Trainer:
             timeline = {"time/sample_start": start - self._clock, "time/sample_end": time.time() - self._clock}
         sample_time = timeline["time/sample_end"] - timeline["time/sample_start"]
         self.last_batch = batch
+        if not all(math.isfinite(x) for e in batch.episodes for t in e.transitions for x in t.act_logprobs):
+            raise TrainingDiverged(self._diverged_message(step, "the sampler returned non-finite logprobs (the weights blew up)"))
         # ALGO LOGIC: 3-5. returns, normalization, subsampling, datums
         transitions, advantages = prepare_transitions(
             batch,
@@ -267,13 +273,18 @@ class Trainer:
     ) -> dict[str, float]:
         config = self.config
         train_start = time.time()
-        self._mid_update = True
         backward = await self.training_client.forward_backward_async(datums, config.loss_fn, loss_fn_config=config.loss_fn_config)
+        self._mid_update = True  # from here until the step is logged, weights and metrics may disagree
         optim = await self.training_client.optim_step_async(adam_params(config.learning_rate))
         if self._rollouts is not None:  # the new weights go to the sampler as soon as they exist
             self._rollouts.publish(self.training_client.save_weights_and_get_sampling_client(), version=step + 1)
         result = await backward.result_async()
-        optim_result = await optim.result_async()
+        self._check_finite(step, result.metrics)
+        try:
+            optim_result = await optim.result_async()
+        except ValueError as error:  # the local backend refuses a step that would make the weights non-finite
+            raise TrainingDiverged(self._diverged_message(step, str(error))) from None
+        self._check_finite(step, optim_result.metrics or {})
 
         self.last_update = (transitions, result.loss_fn_outputs)
         metrics: dict[str, float] = {"step": float(step)}
@@ -282,7 +293,6 @@ class Trainer:
         metrics.update({f"train/{k}": float(v) for k, v in result.metrics.items()})
         metrics.update({f"train/{k}": float(v) for k, v in (optim_result.metrics or {}).items()})
         metrics["train/num_transitions"] = float(len(transitions))
-        self._check_finite(step, metrics)
         if batch.drop_rate > DROP_RATE_WARNING:
             warnings.warn(
                 f"step {step}: {batch.drop_rate:.0%} of episodes were dropped after sampling failures "
@@ -358,14 +368,17 @@ class Trainer:
             )
 
     def _check_finite(self, step: int, metrics: dict[str, float]) -> None:
-        bad = [key for key in ("train/loss:sum", "train/grad_norm:mean") if key in metrics and not math.isfinite(metrics[key])]
+        bad = [key for key, value in metrics.items() if not math.isfinite(float(value))]
         if bad:
-            last = self.checkpoints[-1]["step"] if self.checkpoints else 0
-            raise TrainingDiverged(
-                f"step {step}: {', '.join(f'{key} is {metrics[key]}' for key in bad)} (learning_rate="
-                f"{self.config.learning_rate}); stopped before logging or saving it. The run folder resumes from "
-                f"step {last}; lower learning_rate and use a new run_name (or allow_config_change=true)"
-            )
+            raise TrainingDiverged(self._diverged_message(step, ", ".join(f"{key} is {metrics[key]}" for key in bad)))
+
+    def _diverged_message(self, step: int, what: str) -> str:
+        last = self.checkpoints[-1]["step"] if self.checkpoints else 0
+        return (
+            f"step {step} diverged: {what} (learning_rate={self.config.learning_rate}); stopped before logging or "
+            f"saving it. The run folder resumes from step {last}; lower learning_rate and use a new run_name "
+            "(or allow_config_change=true)"
+        )
 
     async def _warmup(self) -> None:
         from gemlab.warmup import warmup_async
@@ -412,6 +425,7 @@ class Trainer:
 
     def _resume(self) -> None:
         """Continue from the newest intact checkpoint; cut metrics and index back to it (atomically)."""
+        run_folder.remove_staging_files(self.run_dir)
         metrics = run_folder.read_rows(self.run_dir / METRICS_FILE)
         index = run_folder.read_rows(self.run_dir / CHECKPOINTS_FILE)
         for problem in metrics.problems + index.problems:

@@ -117,7 +117,8 @@ class LoadedModel:
         return frozenset(ids)
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
+    """Whether ``name`` is a folder path rather than a model name."""
     return name.startswith(("/", "./", "../", "~")) or Path(name).is_dir()
 
 
@@ -126,7 +127,7 @@ def resolve_model_name(requested: str) -> str:
     Tinker name) ``$GEMLAB_LOCAL_MODEL``, announced with a one-line warning the first time."""
     if requested in PRESETS:
         return requested
-    if _looks_like_path(requested):
+    if looks_like_path(requested):
         folder = Path(requested).expanduser()
         if not folder.is_dir():
             raise UnknownModelError(f"Model folder {requested!r} does not exist. {_known_models_hint()}")

@@ -177,12 +177,14 @@ def load_pretrained(model: Any, path: Path = WEIGHTS_FILE) -> Any:
 
 
 def main() -> None:
-    from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer
+    from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer, trained_vocab_size
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     model = build_tiny_model(seed=0)
     losses = pretrain(model, load_tiny_tokenizer())
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items() if name != "lm_head.weight"}
+    # the file keeps the tokenizer file's rows; build_tiny_model appends the chat-format tokens' rows
+    state["model.embed_tokens.weight"] = state["model.embed_tokens.weight"][: trained_vocab_size()].contiguous()
     WEIGHTS_FILE.parent.mkdir(parents=True, exist_ok=True)
     save_file(state, str(WEIGHTS_FILE))
     print(f"loss per answer token: {losses[0]:.3f} -> {sum(losses[-20:]) / 20:.3f}; wrote {WEIGHTS_FILE}")

@@ -11,9 +11,10 @@ the batch (up to float rounding across batch shapes).
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import torch
@@ -184,6 +185,17 @@ class LocalSamplingClient(SamplingClient):
             raise ValueError(f"No local sampling client {handle!r} in this process (handles do not cross processes)")
         return client
 
+    @staticmethod
+    def create(*args: Any, **kwargs: Any) -> NoReturn:
+        """Tinker's internal factory needs a server connection; locally a sampler comes from
+        ``create_sampling_client`` or ``save_weights_and_get_sampling_client``."""
+        from gemlab.local.rest import unavailable
+
+        unavailable(
+            "SamplingClient.create (Tinker's internal factory)",
+            "use ServiceClient.create_sampling_client or TrainingClient.save_weights_and_get_sampling_client",
+        )
+
     def on_queue_state_change(self, queue_state: QueueState, queue_state_reason: str | None) -> None:
         """Local sampling never queues behind other users; nothing to report."""
 
@@ -226,7 +238,7 @@ class LocalSamplingClient(SamplingClient):
                 f"max_tokens={params.max_tokens} does not fit: the prompt has {len(tokens)} tokens and "
                 f"{self._model.name}'s context holds {self._model.context_length} (1..{limit} new tokens allowed)"
             )
-        if params.temperature < 0 or not 0 < params.top_p <= 1:
+        if not math.isfinite(params.temperature) or params.temperature < 0 or not 0 < params.top_p <= 1:
             raise ValueError(f"Need temperature >= 0 and 0 < top_p <= 1, got {params.temperature} and {params.top_p}")
         stop_ids, stop_strings = self._stops(params.stop)
         request_index = next(self._requests)
@@ -247,10 +259,14 @@ class LocalSamplingClient(SamplingClient):
         return rows, request_index
 
     def _stops(self, stop: Any) -> tuple[frozenset[int], tuple[str, ...]]:
+        """As tinker 0.38 states: ``None`` stops at EOS, ``[]`` never stops early, and stop strings
+        or token ids stop there as well as at EOS."""
         if stop is None:
             return self._model.eos_token_ids, ()
         items = [stop] if isinstance(stop, str) else list(stop)
-        ids = frozenset(int(s) for s in items if not isinstance(s, str))
+        if not items:
+            return frozenset(), ()
+        ids = self._model.eos_token_ids | frozenset(int(s) for s in items if not isinstance(s, str))
         strings = tuple(s for s in items if isinstance(s, str))
         if any(not s for s in strings):
             raise ValueError("Stop strings must not be empty")

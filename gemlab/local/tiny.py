@@ -19,10 +19,16 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 TOKENIZER_FILE = Path(__file__).parent / "assets" / "tiny-tokenizer.json"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# The rest of Qwen3's chat-format markers, which tinker-cookbook's Qwen3 renderers expect to be
+# single tokens. They are appended after the trained vocabulary (ids 861-866), so the tokenizer
+# file, every text without them and the shipped weights stay as they were; ``build_tiny_model``
+# gives them embedding rows at load time.
+CHAT_FORMAT_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 VOCAB_SIZE = 1024
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -101,7 +107,23 @@ def load_tiny_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in CHAT_FORMAT_TOKENS])
     return tokenizer
+
+
+def trained_vocab_size() -> int:
+    """Tokens in the tokenizer file (the vocabulary the shipped weights were trained with)."""
+    return Tokenizer.from_file(str(TOKENIZER_FILE)).get_vocab_size(with_added_tokens=True)
+
+
+def add_token_rows(model: LlamaForCausalLM, vocab_size: int) -> None:
+    """Grow the (tied) embedding to ``vocab_size`` rows, each new one the mean of the others: its
+    logit is then far below every trained token's (about 2e-9 of the probability each, measured on
+    GuessTheNumber prompts), so the model samples as before until training says otherwise."""
+    trained = model.get_input_embeddings().weight.detach().clone()
+    model.resize_token_embeddings(vocab_size, mean_resizing=False)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[len(trained) :] = trained.mean(0)
 
 
 def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: int) -> LlamaForCausalLM:
@@ -109,7 +131,7 @@ def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: in
     weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``)."""
     tokenizer = load_tiny_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=trained_vocab_size(),
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
@@ -123,6 +145,9 @@ def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: in
         from gemlab.local.pretrain import load_pretrained
 
         load_pretrained(model)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        add_token_rows(model, len(tokenizer))
     return model
 
 

@@ -98,3 +98,30 @@ def test_tokenizer_keeps_numbers_whole_and_prompts_short(tokenizer):
     assert len(get_template("qwen3_game").render(observation, tokenizer)) < 60
     text = "Any text at all, even émojis 🙂 and 12345."
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
+
+
+def test_chat_format_tokens_are_single_and_change_no_other_text(tokenizer):
+    """<think>, </think>, <tool_call>... are one token each (tinker-cookbook's Qwen3 renderers assert
+    it), and every text of the tokenizer's corpus tokenizes exactly as the trained file does."""
+    from tokenizers import Tokenizer
+
+    from gemlab.local.tiny import CHAT_FORMAT_TOKENS, TOKENIZER_FILE, tokenizer_corpus
+
+    for token in CHAT_FORMAT_TOKENS:
+        assert len(tokenizer.encode(token, add_special_tokens=False)) == 1, token
+    assert tokenizer.decode(tokenizer.encode("<think>\nhmm</think>\n\n5", add_special_tokens=False)) == "<think>\nhmm</think>\n\n5"
+    trained = Tokenizer.from_file(str(TOKENIZER_FILE))
+    for text in tokenizer_corpus()[::25]:
+        assert tokenizer.encode(text, add_special_tokens=False) == trained.encode(text).ids
+
+
+def test_the_new_tokens_rows_leave_the_base_sampling_as_before(tokenizer):
+    """The appended rows sit at the embeddings' mean: the shipped base gives them (almost) no mass."""
+    model = build_tiny_model(seed=0, pretrained=True)
+    assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
+    new_ids = tokenizer.convert_tokens_to_ids(["<think>", "</think>", "<tool_call>"])
+    states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=pretrain.SKILL, seed=7, tokenizer=tokenizer)
+    with torch.no_grad():
+        for _ in range(10):
+            probs = model(input_ids=torch.tensor([next(states).prompt])).logits[0].softmax(-1)
+            assert float(probs[:, new_ids].max()) < 1e-6
