@@ -85,7 +85,7 @@ def fmt(value: float | None, spec: str) -> str:
     return "-".rjust(width) if value is None else format(value, spec)
 
 
-def table(results: dict[int, dict[int, dict]], seeds: list[int]) -> str:
+def table(results: dict[int, dict[int, dict]], all_seeds: list[int]) -> str:
     """One block per staleness: per seed and mean, with time to 0.9 relative to staleness 0."""
     head = f"{'k':>3} {'seed':>5} {'t(0.9) s':>9} {'x sync':>7} {'t(0.8) s':>9} {'x sync':>7} {'final':>6} {'|dlogp|':>8} {'stale':>6} {'s/step':>7} {'wall s':>7}"
     lines = [head]
@@ -98,6 +98,7 @@ def table(results: dict[int, dict[int, dict]], seeds: list[int]) -> str:
 
     for k, rows in results.items():
         ratios: dict[str, list] = {"to_target": [], "to_lower": []}
+        seeds = [seed for seed in all_seeds if seed in rows]
         for seed in seeds:
             r, sync = rows[seed], results.get(0, {}).get(seed)
             for key in ratios:
@@ -144,7 +145,7 @@ def report_saved(folder: Path, plot_dir: Path | None) -> None:
         groups.setdefault("synchronous" if k == 0 else f"max_staleness={k}", []).append(run)
     if not results:
         raise SystemExit(f"no runs named staleness<k>-seed<s> in {folder}")
-    seeds = sorted(set.intersection(*(set(rows) for rows in results.values())))
+    seeds = sorted(set.union(*(set(rows) for rows in results.values())))
     print(table(dict(sorted(results.items())), seeds))
     if plot_dir is not None:
         for path in plot(groups, plot_dir):
