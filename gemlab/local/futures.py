@@ -42,7 +42,9 @@ class Worker:
 
     def __init__(self, role: str = TRAINING) -> None:
         self.role = role
-        self._jobs: queue.Queue[tuple[Callable[[], Any], Future[Any]] | None] = queue.Queue()
+        # SimpleQueue: its put() is reentrant, so a client's finalizer (run by the garbage
+        # collector at any allocation, possibly inside another put) can queue work safely
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"gemlab-local-{role}", daemon=True)
         self._thread.start()
 
@@ -58,22 +60,21 @@ class Worker:
 
     def drain(self) -> None:
         """Block until every job queued so far has finished (run at interpreter exit)."""
-        self._jobs.join()
+        if self._thread.is_alive() and not self.on_worker_thread():
+            self.submit(lambda: None).result()
 
     def _run(self) -> None:
         while True:
             item = self._jobs.get()
-            try:
-                if item is None:
-                    return
-                fn, future = item
-                if future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(fn())
-                    except BaseException as exc:  # handed to whoever waits on the future
-                        future.set_exception(exc)
-            finally:
-                self._jobs.task_done()
+            if item is None:
+                return
+            fn, future = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as exc:  # handed to whoever waits on the future
+                    future.set_exception(exc)
+            del item, fn, future  # drop references before waiting for the next job
 
 
 _workers: dict[str, Worker] = {}
