@@ -51,7 +51,8 @@ class HyperparameterLab:
         self._service = service_client
         self.controls = Controls(base)
         self.trainer: Trainer | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task | None = None  # the runs started by Run or a preset
+        self.watch_task: asyncio.Task | None = None  # a saved policy loading and playing
         self.live_redraws = 0  # how many times the live chart showed a new step
         self.first_point_seconds: float | None = None  # from pressing Run to the first curve point
         self.last_status = ""  # how the last run ended: "finished", "stopped", "failed"
@@ -139,7 +140,10 @@ class HyperparameterLab:
         self.run_picker.value = tuple(o for o in options if o in chosen or (o not in known and o in mine))
         watchable = [o for o in options if (Path(o) / "checkpoints.jsonl").exists()]
         current = [CURRENT] if self._last_episode else []
+        chosen_policy = self.watch_picker.value
         self.watch_picker.options = current + watchable[::-1]
+        if self.watch_picker.options:
+            self.watch_picker.value = chosen_policy if chosen_policy in self.watch_picker.options else self.watch_picker.options[0]
         self._draw_comparison()
 
     def watch(self) -> None:
@@ -151,7 +155,8 @@ class HyperparameterLab:
             episode, step = self._last_episode
             self.episode.value = episode_html(episode, gamma=self.controls.values()["gamma"], title=f"An episode of step {step}").source
         else:
-            asyncio.get_running_loop().create_task(self._watch_saved(Path(choice)))
+            self.episode.value = f"<i>Loading the policy of {html.escape(Path(choice).name)}...</i>"
+            self.watch_task = asyncio.get_running_loop().create_task(self._watch_saved(Path(choice)))
 
     # ----- internals --------------------------------------------------------------------------
     def _say(self, text: str, *, error: bool = False) -> None:
@@ -246,7 +251,6 @@ class HyperparameterLab:
         self.table.value = table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
 
     async def _watch_saved(self, path: Path) -> None:
-        self.episode.value = f"<i>Loading the policy of {html.escape(path.name)}...</i>"
         try:
             service = self._service or await asyncio.to_thread(get_service_client, self.base.backend)
             self._service = service
