@@ -19,6 +19,9 @@ from gemlab.returns import NORMALIZATIONS
 LOSSES = ("importance_sampling", "ppo", "cispo")  # the lab's choices of Tinker's policy-gradient losses
 CLIP_DEFAULTS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}  # Tinker's ppo defaults
 LORA_RANKS = (1, 2, 4, 8, 16, 32, 64)
+# A log scale of exact values (1, 2, 5 per decade), so a run's learning rate is 2e-3, not the
+# 0.0019953 a log slider's 0.1 steps would give; the base config's own value is added to them.
+LEARNING_RATES = tuple(float(f"{m}e{e}") for e in range(-6, 0) for m in (1, 2, 5))
 SETTINGS = (  # the Config fields the lab sets, in display order
     "learning_rate", "gamma", "normalization", "loss_fn", "batch_size", "num_env",
     "lora_rank", "temperature", "max_tokens", "max_steps", "seed", "env_id",
@@ -42,8 +45,12 @@ class Controls:
         wide = widgets.Layout(width="340px")
         clip = dict(base.loss_fn_config or {})
         self.widgets: dict[str, widgets.Widget] = {
-            "learning_rate": widgets.FloatLogSlider(
-                value=base.learning_rate, base=10, min=-6, max=0, step=0.1, readout_format=".1e", description="learning rate", style=style, layout=wide
+            "learning_rate": widgets.SelectionSlider(
+                options=[(f"{lr:.3g}", lr) for lr in sorted({*LEARNING_RATES, base.learning_rate})],
+                value=base.learning_rate,
+                description="learning rate",
+                style=style,
+                layout=wide,
             ),
             "gamma": widgets.FloatSlider(value=base.gamma, min=0.0, max=1.0, step=0.05, description="gamma", style=style, layout=wide),
             "normalization": widgets.Dropdown(options=list(NORMALIZATIONS), value=base.normalization, description="normalization", style=style, layout=wide),
@@ -89,9 +96,11 @@ class Controls:
     def values(self) -> dict[str, Any]:
         """The settings as ``Config`` fields (the clip thresholds folded into ``loss_fn_config``)."""
         values = {name: self.widgets[name].value for name in SETTINGS}
+        # a browser slider sends back binary floats (0.9000000000000001): keep 4 digits
+        values.update({name: float(f"{values[name]:.4g}") for name in ("gamma", "temperature")})
         values["env_id"] = str(values["env_id"]).strip()
         if "clip_low_threshold" in POLICY_LOSSES[values["loss_fn"]]:
-            values["loss_fn_config"] = {name: float(self.widgets[name].value) for name in CLIP_DEFAULTS}
+            values["loss_fn_config"] = {name: float(f"{self.widgets[name].value:.4g}") for name in CLIP_DEFAULTS}
         else:
             values["loss_fn_config"] = None
         return values
@@ -112,7 +121,7 @@ class Controls:
         values = {**self.values(), **overrides}
         if overrides.get("loss_fn") and "loss_fn_config" not in overrides:
             takes_clip = "clip_low_threshold" in POLICY_LOSSES[values["loss_fn"]]
-            values["loss_fn_config"] = {name: float(self.widgets[name].value) for name in CLIP_DEFAULTS} if takes_clip else None
+            values["loss_fn_config"] = {name: float(f"{self.widgets[name].value:.4g}") for name in CLIP_DEFAULTS} if takes_clip else None
         if not values["env_id"]:
             raise ValueError("env id is empty: pick one such as game:GuessTheNumber-v0-easy")
         try:
