@@ -248,7 +248,8 @@ class HyperparameterLab:
         runs = self.comparison_runs()
         self.comparison.value = figure_png(comparison_figure(runs))
         table = runs_table(runs)
-        self.table.value = table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
+        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 10px; text-align: left; border-bottom: 1px solid #ddd}</style>"
+        self.table.value = css + table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
 
     async def _watch_saved(self, path: Path) -> None:
         try:

@@ -41,8 +41,8 @@ class Controls:
 
     def __init__(self, base: Config) -> None:
         self.base = base
-        style = {"description_width": "110px"}
-        wide = widgets.Layout(width="340px")
+        style = {"description_width": "95px"}
+        wide = widgets.Layout(width="310px")
         clip = dict(base.loss_fn_config or {})
         self.widgets: dict[str, widgets.Widget] = {
             "learning_rate": widgets.SelectionSlider(
