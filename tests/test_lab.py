@@ -160,6 +160,7 @@ def test_precomputed_runs_are_labelled_by_the_settings_that_differ():
     assert list(table["steps"]) == ["100/100"] * 3
     assert list(table["status"]) == ["no checkpoint"] * 3
     assert table["final success (last 5 steps)"].iloc[0] > table["final success (last 5 steps)"].iloc[1]  # ReBN learns more
+    assert runs[0].config["loss_fn"] == "importance_sampling"  # data/runs predate loss_fn: its default
     same = [load_run(DATA_RUNS / "rebn-seed0"), load_run(DATA_RUNS / "rebn-seed0")]
     assert run_labels(same) == ["rebn-seed0", "rebn-seed0"]
     assert len(find_runs(DATA_RUNS, DATA_RUNS / "missing")) == 6
@@ -169,3 +170,16 @@ def test_eta_leaves_out_the_first_step():
     assert eta_seconds([], 10) is None
     assert eta_seconds([4.0], 3) == 12.0
     assert eta_seconds([9.0, 1.0, 3.0, 1.0], 10) == 10.0  # median of 1, 3, 1 is 1
+
+
+def test_a_backend_that_cannot_start_is_reported_in_the_widget(tmp_path, monkeypatch):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    lab = small_lab(tmp_path, backend="tinker")
+
+    async def scenario():
+        lab.run_button.click()
+        await lab.wait()
+
+    asyncio.run(scenario())
+    assert lab.last_status == "failed" and "needs a Tinker API key" in lab.message.value
+    assert not lab.run_button.disabled and not (tmp_path / "runs").exists()

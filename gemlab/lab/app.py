@@ -198,6 +198,9 @@ class HyperparameterLab:
                     break
                 label = f" (preset run {index + 1} of {len(runs)})" if len(runs) > 1 else ""
                 await self._run_one(overrides, pressed if index == 0 else time.time(), label)
+        except Exception as error:  # the model or backend could not start: one line in the widget
+            self.last_status = "failed"
+            self._say(f"Run not started: {error}", error=True)
         finally:
             self._set_running(False)
 

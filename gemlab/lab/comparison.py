@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import chz
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from gemlab.config import Config
 from gemlab.plots import LABELS
 
 # Config fields that say where a run lives, not what it does: never used to tell runs apart.
@@ -67,9 +69,10 @@ def find_runs(*folders: str | Path) -> list[Path]:
 
 
 def load_run(path: str | Path) -> SavedRun:
-    """Read one run folder (config, metrics, checkpoint index)."""
+    """Read one run folder (config, metrics, checkpoint index). Settings a run's config predates
+    (``loss_fn`` in ``data/runs``) take their default, which is what that run trained with."""
     path = Path(path)
-    config = json.loads((path / "config.json").read_text())
+    config = {**chz.asdict(Config()), **json.loads((path / "config.json").read_text())}
     metrics = pd.read_json(path / "metrics.jsonl", lines=True)
     index = path / "checkpoints.jsonl"
     checkpoints = [json.loads(line) for line in index.read_text().splitlines() if line.strip()] if index.exists() else []
