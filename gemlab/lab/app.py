@@ -57,7 +57,8 @@ class HyperparameterLab:
         self.first_point_seconds: float | None = None  # from pressing Run to the first curve point
         self.last_status = ""  # how the last run ended: "finished", "stopped", "failed"
         self._stop = False
-        self._last_episode: tuple[Episode, int] | None = None  # (an episode of the last step, that step)
+        self._refreshing = False
+        self._last_episode: tuple[Episode, int, float] | None = None  # an episode of the last step, the step, gamma
 
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
@@ -79,7 +80,7 @@ class HyperparameterLab:
             button.on_click(lambda _, name=name: self.run_preset(name))
         self.refresh_button.on_click(lambda _: self.refresh())
         self.watch_button.on_click(lambda _: self.watch())
-        self.run_picker.observe(lambda _: self._draw_comparison(), names="value")
+        self.run_picker.observe(lambda _: None if self._refreshing else self._draw_comparison(), names="value")
 
         def header(text: str) -> widgets.HTML:
             return widgets.HTML(f"<h3 style='margin:12px 0 4px 0'>{text}</h3>")
@@ -136,8 +137,10 @@ class HyperparameterLab:
         known = set(self.run_picker.options)
         options = [str(p) for p in folders]
         mine = {o for o in options if Path(o).parent == self.log_dir}
+        self._refreshing = True  # one redraw below, not one per change of the picker
         self.run_picker.options = options
         self.run_picker.value = tuple(o for o in options if o in chosen or (o not in known and o in mine))
+        self._refreshing = False
         watchable = [o for o in options if (Path(o) / "checkpoints.jsonl").exists()]
         current = [CURRENT] if self._last_episode else []
         chosen_policy = self.watch_picker.value
@@ -152,8 +155,8 @@ class HyperparameterLab:
         if choice is None:
             self.episode.value = "<i>No policy to watch yet: train a run first.</i>"
         elif choice == CURRENT:
-            episode, step = self._last_episode
-            self.episode.value = episode_html(episode, gamma=self.controls.values()["gamma"], title=f"An episode of step {step}").source
+            episode, step, gamma = self._last_episode
+            self.episode.value = episode_html(episode, gamma=gamma, title=f"An episode of step {step}").source
         else:
             self.episode.value = f"<i>Loading the policy of {html.escape(Path(choice).name)}...</i>"
             self.watch_task = asyncio.get_running_loop().create_task(self._watch_saved(Path(choice)))
@@ -216,7 +219,7 @@ class HyperparameterLab:
         async def on_step(metrics: dict[str, float]) -> None:
             step_times.append(metrics["time/step"])
             if trainer.last_batch is not None and trainer.last_batch.episodes:
-                self._last_episode = (trainer.last_batch.episodes[0], int(metrics["step"]))
+                self._last_episode = (trainer.last_batch.episodes[0], int(metrics["step"]), config.gamma)
             done, total = trainer.step_index, config.max_steps
             eta = eta_seconds(step_times, total - done)
             title = f"{config.run_name}: step {done}/{total}, loss {config.loss_fn}"
