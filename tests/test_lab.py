@@ -183,3 +183,16 @@ def test_a_backend_that_cannot_start_is_reported_in_the_widget(tmp_path, monkeyp
     asyncio.run(scenario())
     assert lab.last_status == "failed" and "needs a Tinker API key" in lab.message.value
     assert not lab.run_button.disabled and not (tmp_path / "runs").exists()
+
+
+def test_more_envs_than_transitions_is_a_visible_note_not_a_refusal(tmp_path):
+    lab = small_lab(tmp_path, max_steps=1)
+    lab.controls.set(num_env=12)  # more envs than the batch of 8 transitions: allowed, but worth knowing
+
+    async def scenario():
+        lab.run_button.click()
+        assert "num_env=12 &gt; batch_size=8" in lab.message.value
+        await lab.wait()
+
+    asyncio.run(scenario())
+    assert lab.last_status == "finished"

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import html
+import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import pandas as pd
 
-from gemlab.backend import get_service_client
+from gemlab.backend import get_service_client, resolve_backend
 from gemlab.config import Config
 from gemlab.lab.background import eta_seconds, format_seconds, train_until
 from gemlab.lab.comparison import SavedRun, comparison_figure, figure_png, find_runs, live_figure, load_run, runs_table
@@ -43,12 +45,12 @@ class HyperparameterLab:
     ``data/runs``) are offered for comparison too."""
 
     def __init__(
-        self, base: Config, *, log_dir: str | Path = "runs", precomputed: list[str | Path] | None = None, service_client: Any = None
+        self, base: Config, *, log_dir: str | Path = "runs", precomputed: list[str | Path] | None = None
     ) -> None:
         self.base = base
         self.log_dir = Path(log_dir)
         self.precomputed = [Path(p) for p in precomputed or []]
-        self._service = service_client
+        self._watch_service: Any = None  # the client that loads saved policies to watch them
         self.controls = Controls(base)
         self.trainer: Trainer | None = None
         self.task: asyncio.Task | None = None  # the runs started by Run or a preset
@@ -162,8 +164,8 @@ class HyperparameterLab:
             self.watch_task = asyncio.get_running_loop().create_task(self._watch_saved(Path(choice)))
 
     # ----- internals --------------------------------------------------------------------------
-    def _say(self, text: str, *, error: bool = False) -> None:
-        color = "#b00020" if error else "#1b5e20"
+    def _say(self, text: str, *, error: bool = False, note: bool = False) -> None:
+        color = "#b00020" if error else "#9a5b00" if note else "#1b5e20"
         self.message.value = f"<div style='color:{color}; font-weight:600'>{html.escape(text)}</div>" if text else ""
 
     def _new_run_name(self) -> str:
@@ -177,13 +179,16 @@ class HyperparameterLab:
         if self.task is not None and not self.task.done():
             self._say("A run is in progress: press Stop first.", error=True)
             return
-        try:  # check every run of the request before writing anything
-            for overrides in runs:
-                self.controls.config(run_name="check", log_dir=str(self.log_dir), **overrides)
-        except ValueError as error:
-            self._say(f"Not started: {error}", error=True)
-            return
-        self._say("")
+        with warnings.catch_warnings(record=True) as caught:  # e.g. more envs than transitions
+            warnings.simplefilter("always")
+            try:  # check every run of the request before writing anything
+                for overrides in runs:
+                    self.controls.config(run_name="check", log_dir=str(self.log_dir), **overrides)
+            except ValueError as error:
+                self._say(f"Not started: {error}", error=True)
+                return
+        notes = sorted({str(warning.message) for warning in caught})
+        self._say(f"Note: {'; '.join(notes)}" if notes else "", note=True)
         self._stop = False
         self._set_running(True)
         self.task = asyncio.get_running_loop().create_task(self._run_all(runs, time.time()))
@@ -208,11 +213,11 @@ class HyperparameterLab:
             self._set_running(False)
 
     async def _run_one(self, overrides: dict[str, Any], pressed: float, label: str) -> None:
-        config = self.controls.config(run_name=self._new_run_name(), log_dir=str(self.log_dir), **overrides)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # shown when Run was pressed
+            config = self.controls.config(run_name=self._new_run_name(), log_dir=str(self.log_dir), **overrides)
         self.status.value = f"Starting <b>{config.run_name}</b>{label}: loading the model..."
-        if self._service is None:
-            self._service = await asyncio.to_thread(get_service_client, config.backend)
-        self.trainer = trainer = await asyncio.to_thread(Trainer, config, service_client=self._service, progress=False)
+        self.trainer = trainer = await asyncio.to_thread(Trainer, config, progress=False)  # checkpoints go in the run folder
         self.refresh()
         step_times: list[float] = []
 
@@ -235,8 +240,10 @@ class HyperparameterLab:
         try:
             self.last_status = await train_until(trainer, config.max_steps, stop_requested=lambda: self._stop, on_step=on_step)
             self._say(f"{config.run_name} {self.last_status} after {trainer.step_index} step(s); checkpoint saved in {trainer.run_dir}.")
-        except Exception as error:  # a failed step: say so in the widget, keep what was written
+        except Exception as error:  # a failed step: say so in the widget, keep what was done
             self.last_status = "failed"
+            if trainer.consistent:
+                await asyncio.to_thread(trainer.save_checkpoint)
             self._say(f"{config.run_name} failed at step {trainer.step_index}: {error}", error=True)
         finally:
             await asyncio.to_thread(trainer.close)
@@ -257,13 +264,19 @@ class HyperparameterLab:
         css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 10px; text-align: left; border-bottom: 1px solid #ddd}</style>"
         self.table.value = css + table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
 
+    def _new_watch_service(self) -> Any:
+        """Tinker, or a local backend writing the watched policies' sampler weights to a temp folder."""
+        if resolve_backend(self.base.backend) == "local":
+            return get_service_client("local", root=tempfile.mkdtemp(prefix="gemlab-watch-"))
+        return get_service_client(self.base.backend)
+
     async def _watch_saved(self, path: Path) -> None:
         try:
-            service = self._service or await asyncio.to_thread(get_service_client, self.base.backend)
-            self._service = service
+            if self._watch_service is None:
+                self._watch_service = await asyncio.to_thread(self._new_watch_service)
             run = load_run(path)
             # on a loop of its own, in a thread: the kernel's loop stays free while the model loads
-            episode = await asyncio.to_thread(asyncio.run, play_saved_policy(run, service, seed=int(time.time()) % 10_000))
+            episode = await asyncio.to_thread(asyncio.run, play_saved_policy(run, self._watch_service, seed=int(time.time()) % 10_000))
             self.episode.value = episode_html(episode, gamma=run.config.get("gamma"), title=f"{path.name}, last checkpoint").source
         except Exception as error:  # a missing or broken checkpoint: one line in the widget
             self.episode.value = f"<div style='color:#b00020'>Cannot play {html.escape(path.name)}: {html.escape(str(error))}</div>"

@@ -125,9 +125,9 @@ class Controls:
         if not values["env_id"]:
             raise ValueError("env id is empty: pick one such as game:GuessTheNumber-v0-easy")
         try:
-            config = chz.replace(self.base, **values, run_name=run_name, log_dir=log_dir, save_every=-1)
-        except (ValueError, TypeError) as error:  # chz wraps validator errors; keep the one line
-            raise ValueError(str(error).strip().splitlines()[-1].removeprefix("X_")) from None
+            config = chz.replace(self.base, **values, run_name=run_name, log_dir=log_dir)
+        except (ValueError, TypeError) as error:  # keep the one line that says what is allowed
+            raise ValueError(str(error).strip().splitlines()[-1]) from None
         check_env_id(config.env_id)
         wrapper_names(config.env_wrappers)
         return config
