@@ -316,6 +316,16 @@ def episodes_html(episodes: Sequence[Episode], *, limit: int = 8, gamma: float |
     return Html("".join(parts) + more)
 
 
+def side_by_side(blocks: Mapping[str, Html | str], *, min_width: int = 380) -> Html:
+    """Blocks (episode viewers, token views) next to each other under their names; in a window
+    too narrow for two columns of ``min_width`` pixels they stack."""
+    columns = "".join(
+        f'<div style="flex:1 1 {min_width}px; min-width:0; text-align:left"><div style="font-weight:700; font-size:14px; margin:2px 0 4px">{_esc(name)}</div>{block}</div>'
+        for name, block in blocks.items()
+    )
+    return Html(f'<div style="display:flex; flex-wrap:wrap; gap:12px; align-items:flex-start">{columns}</div>')
+
+
 def episode_table(episodes: Sequence[Episode]) -> pd.DataFrame:
     """One row per episode: env, turns, return, outcome, action tokens, whether it ended invalid."""
     rows = []
@@ -377,12 +387,20 @@ def datum_html(datum: Any, tokenizer: Any, *, title: str | None = None) -> Html:
     return render_tokens(targets, tokenizer, values=per_token, value_name=name, mask=mask, title=title)
 
 
-def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 12, title: str | None = None) -> Any:
-    """Draw a datum's per-token advantage (or weight): the whole datum, then a zoom on its end.
+def _tick_label(position: int, text: str, limit: int = 28) -> str:
+    """``"59  \\boxed{"``: a position and its token's text (newlines as ``\\n``), cut to ``limit`` characters."""
+    shown = text.replace("\n", "\\n").replace("\t", "\\t")
+    shown = shown if shown.strip() else repr(text)
+    return f"{position}  {shown if len(shown) <= limit else shown[: limit - 1] + '…'}"
 
-    The top panel shows which positions are trained over the whole sequence (the prompt is long,
-    the action short); the bottom one zooms on the last ``context`` prompt positions and the
-    action, with the target tokens as labels when ``tokenizer`` is given. Returns the figure.
+
+def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 8, title: str | None = None) -> Any:
+    """Draw a datum's per-token advantage (or weight): a strip of the whole datum, then its end.
+
+    The top strip shows which positions are trained over the whole sequence (the prompt is long,
+    the action short). Below, one horizontal bar per position for the last ``context`` prompt
+    positions and every action position, labelled with the target token when ``tokenizer`` is
+    given (long tokens are cut), read top to bottom like the text. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
@@ -391,40 +409,50 @@ def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 12, title: s
     values = np.asarray(fields[name], dtype=float)
     trained = np.flatnonzero(values != 0.0)
     first = int(trained[0]) if trained.size else len(values)
-    positions = np.arange(len(values))
-    ylabel = "advantage A" if name == "advantages" else "loss weight"
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.2), constrained_layout=True, gridspec_kw={"height_ratios": [1, 2]})
-
-    top.fill_between(positions, (values != 0).astype(float), step="mid", color="#1565c0", alpha=0.6)
-    top.set_xlim(-0.5, len(values) - 0.5)
-    top.set_yticks([0, 1], ["prompt", "action"])
-    top.set_ylabel("target is")
-    top.set_xlabel("position in the datum (target token index)")
-    top.set_title(f"Whole datum: {len(values)} positions, {trained.size} trained (the action)")
-    top.grid(alpha=0.3)
-
     start = max(0, first - context)
-    zoom = positions[start:]
-    colors = np.where(values[start:] > 0, "#2e7d32", np.where(values[start:] < 0, "#c62828", "#9e9e9e"))
-    bottom.bar(zoom, values[start:], width=0.8, color=colors)
-    bottom.axhline(0, color="#444", lw=0.8)
-    if trained.size:
-        bottom.axvspan(first - 0.5, len(values) - 0.5, color="#1565c0", alpha=0.08, label="action tokens (trained)")
-        bottom.legend(loc="best")
-    if tokenizer is not None:
-        targets = [int(t) for t in fields["target_tokens"]][start:]
-        bottom.set_xticks(zoom, [repr(t)[1:-1] for t in token_strings(targets, tokenizer)], rotation=60, ha="right", fontsize=8)
-        bottom.set_xlabel("target token (last prompt positions, then the action)")
-    else:
-        bottom.set_xlabel("position in the datum (target token index)")
-    bottom.set_ylabel(ylabel + (" (normalized return)" if name == "advantages" else ""))
-    default = (
-        "Zoom on the end: A = 0 on the prompt, the transition's advantage on every action token"
-        if name == "advantages"
-        else "Zoom on the end: weight 0 on the prompt, 1 on every answer token"
+    zoom = np.arange(start, len(values))
+    value_label = "advantage A (the transition's normalized return)" if name == "advantages" else "loss weight"
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(9, 1.9 + 0.3 * len(zoom)), constrained_layout=True, gridspec_kw={"height_ratios": [0.7, 0.3 * len(zoom)]}
     )
-    bottom.set_title(title or default)
-    bottom.grid(alpha=0.3, axis="y")
+
+    top.broken_barh([(-0.5, first)], (0, 1), color="#bdbdbd")
+    top.broken_barh([(first - 0.5, len(values) - first)], (0, 1), color="#1565c0")
+    top.text(first / 2, 0.5, f"prompt: {first} positions, not trained", ha="center", va="center", fontsize=10)
+    top.annotate(
+        f"action: {len(values) - first} trained", xy=(len(values) - 0.5, 1), xytext=(len(values) - 0.5, 1.55),
+        ha="right", va="bottom", fontsize=10, color="#1565c0", annotation_clip=False,
+    )  # fmt: skip
+    top.set_xlim(-0.5, len(values) - 0.5)
+    top.set_ylim(0, 1)
+    top.set_yticks([])
+    top.set_xlabel("position in the datum (target token index)")
+    top.set_title(f"The whole datum: {len(values)} positions", loc="left", pad=22)
+
+    colors = np.where(values[start:] > 0, "#2e7d32", np.where(values[start:] < 0, "#c62828", "#bdbdbd"))
+    rows = np.arange(len(zoom))
+    bottom.barh(rows, values[start:], color=colors, height=0.7)
+    if trained.size:
+        bottom.axhspan(first - start - 0.5, len(zoom) - 0.5, color="#1565c0", alpha=0.08)
+    bottom.axvline(0, color="#444", lw=0.8)
+    if tokenizer is not None:
+        texts = token_strings([int(t) for t in fields["target_tokens"]][start:], tokenizer)
+        labels = [_tick_label(int(p), t) for p, t in zip(zoom, texts)]
+    else:
+        labels = [str(int(p)) for p in zoom]
+    bottom.set_yticks(rows, labels, fontsize=9, fontfamily="monospace")
+    bottom.set_ylim(len(zoom) - 0.5, -0.5)  # the text reads top to bottom
+    bottom.set_xlabel(value_label)
+    bottom.set_ylabel("position and target token" if tokenizer is not None else "position")
+    limit = float(np.max(np.abs(values))) if values.size and np.max(np.abs(values)) > 0 else 1.0
+    bottom.set_xlim(-1.15 * limit, 1.15 * limit)
+    default = (
+        f"Its end: A = 0 on the prompt, A = {values[first]:+.3f} on every action token (shaded)"
+        if name == "advantages" and trained.size
+        else "Its end: weight 0 on the prompt, 1 on every answer token (shaded)"
+    )
+    bottom.set_title(title or default, loc="left", fontsize=11)
+    bottom.grid(alpha=0.3, axis="x")
     return fig
 
 
@@ -468,6 +496,8 @@ class LiveMetrics:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
 
+        from gemlab.plots import KL_MIN_SPAN, floor_y_span
+
         frame = pd.DataFrame(self.rows)
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
         for ax, metric in zip(axes[0], self.metrics):
@@ -479,6 +509,8 @@ class LiveMetrics:
             ax.set_ylabel(label)
             ax.set_title(label.split(" (")[0][:1].upper() + label.split(" (")[0][1:])
             ax.grid(alpha=0.3)
+            if metric.startswith("train/kl_"):
+                floor_y_span(ax, KL_MIN_SPAN)
         fig.suptitle(f"{self.title} (after {len(self.rows)} step(s))")
         return fig
 

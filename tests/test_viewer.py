@@ -116,7 +116,14 @@ def test_datum_views_mark_action_tokens():
     for tok in (TOKENIZER, None):
         fig = viewer.plot_datum(datum, tok)
         for ax in fig.axes:
-            assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+            assert ax.get_xlabel() and ax.get_title(loc="left")
+        labels = [t.get_text() for t in fig.axes[1].get_yticklabels()]
+        assert fig.axes[1].get_ylabel() and len(labels) == len(action) + 8  # 8 prompt positions of context
+        assert all(len(label) <= 34 for label in labels)  # whole-sentence tokens are cut, not drawn
+        assert all(t.get_rotation() == 0 for t in fig.axes[1].get_yticklabels())
+    assert labels[-1] == str(len(prompt) + len(action) - 2)
+    named = [t.get_text() for t in viewer.plot_datum(datum, TOKENIZER).axes[1].get_yticklabels()]
+    assert named[-1].endswith("<|im_end|>") and any(label.endswith("\\boxed{") for label in named)
 
 
 def test_live_metrics_figure_has_labels():
