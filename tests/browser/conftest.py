@@ -1,7 +1,8 @@
 """Fixtures for browser tests: Debian's Chromium through Playwright, one JupyterLab per session.
 
 - ``lab``: a :class:`~tests.browser.jupyterlab.JupyterLab` serving a temporary copy of the
-  repository in quick mode (session-wide: the server starts once).
+  repository (session-wide: the server starts once), in quick mode unless ``GEMLAB_QUICK=0``
+  (``GEMLAB_QUICK=0 pytest tests/browser`` runs every notebook at full size).
 - ``page``: a fresh Chromium page (1400 x 900, its own browser context) per test.
 - ``screenshot_dir``: where tests save screenshots, ``tests/browser/screenshots/`` (gitignored),
   or ``$GEMLAB_SCREENSHOTS`` when set.
@@ -47,7 +48,7 @@ def browser(chromium: Path) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def lab(browser: Any) -> Iterator[JupyterLab]:
     """A JupyterLab serving a temporary copy of the repository, kernels in quick mode."""
-    with JupyterLab() as server:
+    with JupyterLab(quick=os.environ.get("GEMLAB_QUICK", "1") == "1") as server:
         yield server
 
 

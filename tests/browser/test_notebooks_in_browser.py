@@ -24,7 +24,7 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
     start = time.monotonic()
     notebook = lab.open(page, name)
     try:
-        notebook.run_all()
+        notebook.run_all(timeout_s=600 if lab.quick else 1800)
         if name.startswith("02_"):
             play_the_game(page, notebook)
         problems = notebook.problems()
