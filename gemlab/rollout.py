@@ -189,7 +189,7 @@ async def collect_episode(
             sampling_params=sampling_params(tokenizer, max_tokens, temperature, turn_seed),
         )
         sequence = response.sequences[0]
-        action = tokenizer.decode(sequence.tokens, skip_special_tokens=True)
+        action = tokenizer.decode(sequence.tokens)  # as GEM: special tokens stay (e.g. a final <|im_end|>)
         next_observation, reward, terminated, truncated, _ = env.step(action)
         done = bool(terminated or truncated)
         episode.transitions.append(
