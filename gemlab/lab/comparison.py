@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from gemlab.config import Config
-from gemlab.plots import LABELS
+from gemlab.plots import LABELS, floor_y_span
 
 # Config fields that say where a run lives, not what it does: never used to tell runs apart.
 BOOKKEEPING = ("log_dir", "run_name", "wandb_project", "save_every")
@@ -161,10 +161,7 @@ def live_figure(
             ax.plot(metrics["step"], metrics[metric], marker="o", ms=3, lw=1.5, label=metric.split("_")[-1] if len(group) > 1 else None)
         _decorate(ax, group[0], labels)
         if shown:
-            low, high = float(metrics[shown].min().min()), float(metrics[shown].max().max())
-            if high - low < min_span:
-                middle = (high + low) / 2
-                ax.set_ylim(middle - min_span / 2, middle + min_span / 2)
+            floor_y_span(ax, min_span)
         if len(group) > 1:
             ax.legend(fontsize=8)
     for ax in list(axes):  # an odd number of panels leaves one empty
