@@ -68,7 +68,7 @@ class HyperparameterLab:
         self.message = widgets.HTML()
         self.status = widgets.HTML("Set the controls and press <b>Run</b>.")
         self.live = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
-        self.run_picker = widgets.SelectMultiple(description="compare", rows=7, layout=widgets.Layout(width="560px"))
+        self.run_picker = widgets.SelectMultiple(description="compare", rows=8, layout=widgets.Layout(width="560px"))
         self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh")
         self.comparison = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
         self.table = widgets.HTML()
@@ -261,7 +261,7 @@ class HyperparameterLab:
         runs = self.comparison_runs()
         self.comparison.value = figure_png(comparison_figure(runs))
         table = runs_table(runs)
-        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 10px; text-align: left; border-bottom: 1px solid #ddd}</style>"
+        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 10px; text-align: left; border-bottom: 1px solid #ddd; white-space: nowrap}</style>"
         self.table.value = css + table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
 
     def _new_watch_service(self) -> Any:
