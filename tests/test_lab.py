@@ -196,3 +196,27 @@ def test_more_envs_than_transitions_is_a_visible_note_not_a_refusal(tmp_path):
 
     asyncio.run(scenario())
     assert lab.last_status == "finished"
+
+
+def test_a_failed_step_is_reported_and_what_was_done_is_kept(tmp_path, monkeypatch):
+    real_astep = Trainer.astep
+
+    async def astep_failing_at_step_1(self):
+        if self.step_index == 1:
+            raise RuntimeError("the sampler went away")
+        return await real_astep(self)
+
+    monkeypatch.setattr(Trainer, "astep", astep_failing_at_step_1)
+    lab = small_lab(tmp_path, max_steps=3)
+
+    async def scenario():
+        lab.run_button.click()
+        await lab.wait()
+
+    asyncio.run(scenario())
+    assert lab.last_status == "failed"
+    assert "failed at step 1: the sampler went away (checkpoint saved at step 1)" in lab.message.value
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert len(metrics_rows(run_dir)) == 1
+    assert json.loads((run_dir / "checkpoints.jsonl").read_text().splitlines()[-1])["step"] == 1
+    assert not lab.run_button.disabled and lab.stop_button.disabled

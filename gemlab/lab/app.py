@@ -25,7 +25,7 @@ from gemlab.lab.comparison import SavedRun, comparison_figure, figure_png, find_
 from gemlab.lab.controls import PRESETS, Controls
 from gemlab.lab.watch import play_saved_policy
 from gemlab.rollout import Episode
-from gemlab.training import Trainer
+from gemlab.training import Trainer, TrainingDiverged
 from gemlab.viewer import episode_html
 
 LIVE_PANELS = (
@@ -242,9 +242,11 @@ class HyperparameterLab:
             self._say(f"{config.run_name} {self.last_status} after {trainer.step_index} step(s); checkpoint saved in {trainer.run_dir}.")
         except Exception as error:  # a failed step: say so in the widget, keep what was done
             self.last_status = "failed"
-            if trainer.consistent:
+            kept = "the last checkpoint is kept"
+            if trainer.consistent and not isinstance(error, TrainingDiverged):  # never save blown-up weights
                 await asyncio.to_thread(trainer.save_checkpoint)
-            self._say(f"{config.run_name} failed at step {trainer.step_index}: {error}", error=True)
+                kept = f"checkpoint saved at step {trainer.step_index}"
+            self._say(f"{config.run_name} failed at step {trainer.step_index}: {error} ({kept})", error=True)
         finally:
             await asyncio.to_thread(trainer.close)
             self.refresh()
