@@ -6,7 +6,6 @@ import asyncio
 import json
 from pathlib import Path
 
-import chz
 import pytest
 
 from gemlab import Trainer
