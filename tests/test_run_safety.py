@@ -63,68 +63,61 @@ def _assert_lost_nothing(run: Path, reference: list[dict]) -> None:
     assert (run / "learning_curve.png").is_file()
 
 
-@pytest.mark.parametrize(
-    "fault",
-    [
-        "sample:1",  # before the first checkpoint (step 2)
-        "sample:3",
-        "forward_backward:3",
-        "optim_step:3",
-        "save_state:4",  # mid checkpoint write
-    ],
-)
-def test_killed_run_resumes_and_loses_nothing(tmp_path: Path, reference: list[dict], fault: str) -> None:
-    killed = _train(tmp_path, fault=fault)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+# Each kill lands in a run resumed from the one before, so one chain covers every point:
+# (fault, the step that process resumed from)
+KILLS = [
+    ("sample:1", 0),  # before the first checkpoint (step 2)
+    ("forward_backward:3", 0),
+    ("save_state:4", 2),  # mid checkpoint write: that checkpoint must not count
+    ("optim_step:5", 2),
+    ("metrics_rewrite:1", 4),  # during resume's truncation of metrics.jsonl, before it replaces the file
+    ("sample:5", 4),
+]
+
+
+def test_kills_at_every_point_lose_nothing(tmp_path: Path, reference: list[dict]) -> None:
+    run = tmp_path / "r"
+    for fault, resume_from in KILLS:
+        killed = _train(tmp_path, fault=fault)
+        assert killed.returncode == -signal.SIGKILL, (fault, killed.stderr)
+        rows = _without_time(_rows(run / "metrics.jsonl"))  # every row whole (json.loads would fail on a cut one)
+        assert rows == reference[: len(rows)], fault
+        if resume_from:
+            assert f"resuming r from step {resume_from}" in killed.stderr, (fault, killed.stderr)
     resumed = _train(tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    _assert_lost_nothing(tmp_path / "r", reference)
+    assert "resuming r from step 4" in resumed.stderr
+    _assert_lost_nothing(run, reference)
 
 
-def test_kill_during_resume_rewrite_of_metrics(tmp_path: Path, reference: list[dict]) -> None:
-    assert _train(tmp_path, fault="optim_step:3").returncode == -signal.SIGKILL
-    before = _rows(tmp_path / "r" / "metrics.jsonl")
-    assert _train(tmp_path, fault="metrics_rewrite:1").returncode == -signal.SIGKILL
-    assert _rows(tmp_path / "r" / "metrics.jsonl") == before  # the old file, whole
-    resumed = _train(tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming r from step 2" in resumed.stderr
-    _assert_lost_nothing(tmp_path / "r", reference)
-
-
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_saves_and_says_how_to_resume(tmp_path: Path, reference: list[dict], sig: int, code: int) -> None:
-    process = _train(tmp_path, "max_steps=200", wait=False)
-    metrics = tmp_path / "r" / "metrics.jsonl"
+def _wait_for_rows(metrics: Path, count: int) -> None:
     deadline = time.time() + 300
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3) and time.time() < deadline:
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= count) and time.time() < deadline:
         time.sleep(0.2)
-    process.send_signal(sig)
-    _, stderr = process.communicate(timeout=300)
-    assert process.returncode == code, stderr
-    assert "Traceback" not in stderr
-    assert f"checkpoint saved; resume with: python -m gemlab.train" in stderr
-    stopped = len(_rows(metrics))
-    assert _rows(tmp_path / "r" / "checkpoints.jsonl")[-1]["step"] == stopped  # nothing to redo
-    resumed = _train(tmp_path)  # the original command (max_steps=6): may differ, the rest may not
+
+
+def test_signals_save_and_a_second_process_is_refused(tmp_path: Path, reference: list[dict]) -> None:
+    metrics = tmp_path / "r" / "metrics.jsonl"
+    stopped = 0
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        process = _train(tmp_path, "max_steps=200", wait=False)
+        _wait_for_rows(metrics, stopped + 2)
+        if sig == signal.SIGINT:
+            second = _train(tmp_path)
+            assert second.returncode == 2
+            assert f"is in use by process {process.pid}" in second.stderr
+            assert len(second.stderr.strip().splitlines()) == 1
+        process.send_signal(sig)
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == code, stderr
+        assert "Traceback" not in stderr
+        assert "checkpoint saved; resume with: python -m gemlab.train" in stderr
+        stopped = len(_rows(metrics))
+        assert _rows(tmp_path / "r" / "checkpoints.jsonl")[-1]["step"] == stopped  # nothing to redo
+    resumed = _train(tmp_path)  # the original command: max_steps may differ, nothing else
     assert resumed.returncode == 0, resumed.stderr
     rows = _without_time(_rows(metrics))
     assert len(rows) == max(stopped, SMALL["max_steps"]) and rows[: len(reference)] == reference
-
-
-def test_second_process_on_the_same_run_is_refused(tmp_path: Path) -> None:
-    first = _train(tmp_path, "max_steps=200", wait=False)
-    try:
-        deadline = time.time() + 300
-        while not (tmp_path / "r" / "metrics.jsonl").exists() and time.time() < deadline:
-            time.sleep(0.2)
-        second = _train(tmp_path)
-        assert second.returncode == 2
-        assert f"is in use by process {first.pid}" in second.stderr
-        assert len(second.stderr.strip().splitlines()) == 1
-    finally:
-        first.send_signal(signal.SIGTERM)
-        first.communicate(timeout=300)
 
 
 # ----- in a notebook: Ctrl-C during step() --------------------------------------------------
