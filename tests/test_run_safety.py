@@ -157,3 +157,17 @@ def test_request_stop_ends_run_after_the_step_with_a_checkpoint(tmp_path: Path) 
     trainer.close()
     assert 1 <= len(history) < SMALL["max_steps"]
     assert _rows(trainer.run_dir / "checkpoints.jsonl")[-1]["step"] == len(history)
+
+
+# ----- reproducibility ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_laptop_preset_is_reproducible_bit_for_bit_over_100_steps(tmp_path: Path) -> None:
+    """Same seed, same machine and thread count: every metric of all 100 steps is identical
+    (lockstep sampling makes the sampler's batches, hence its float rounding, timing-free)."""
+    runs = []
+    for name in ("a", "b"):
+        trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name), progress=False)
+        runs.append(_without_time(trainer.run()))
+        trainer.close()
+    assert len(runs[0]) == 100
+    assert runs[0] == runs[1]
