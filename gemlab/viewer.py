@@ -502,7 +502,7 @@ class LiveMetrics:
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
         for ax, metric in zip(axes[0], self.metrics):
             if metric in frame:
-                ax.plot(frame["step"], frame[metric], marker="o", lw=2)
+                ax.plot(frame["step"], frame[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
             label = self.labels.get(metric, metric)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("training step")

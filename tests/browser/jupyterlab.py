@@ -7,10 +7,11 @@ the fixtures in ``tests/browser/conftest.py`` and calls the helpers here::
         nb = lab.open(page, "07_widget_lab.ipynb")      # a fresh copy of notebooks/07_widget_lab.ipynb
         nb.run_all()                                     # Run > Run All Cells, waits until the kernel is idle
         assert nb.problems() == []                       # error outputs, broken or plain-text widgets
-        slider = page.locator(".widget-slider").first    # then drive widgets with Playwright:
-        before = nb.cell_output(5)
-        slider.focus(); page.keyboard.press("ArrowRight")
-        nb.wait_for_change(5, before)                    # a cell's output (text + image bytes) changed
+        cell = nb.find_cell("interact(")                # a code cell, by a piece of its source
+        before = nb.cell_output(cell)
+        nb.cell(cell).locator(".widget-slider .noUi-handle").first.focus()
+        page.keyboard.press("ArrowRight")                # then drive widgets with Playwright
+        nb.wait_for_change(cell, before)                 # the cell's output (text + image bytes) changed
         nb.screenshot(screenshot_dir / "07.png")
 
 What the pieces do:
@@ -135,6 +136,7 @@ class JupyterLab:
             **os.environ,
             "JUPYTER_CONFIG_DIR": str(base / "config"),
             "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+            "JUPYTER_DATA_DIR": str(base / "data"),
             "JUPYTERLAB_SETTINGS_DIR": str(settings),
             "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
             "JUPYTER_PLATFORM_DIRS": "1",
@@ -290,6 +292,15 @@ class Notebook:
     def cell(self, index: int) -> Any:
         """The locator of the ``index``-th code cell (0-based, markdown cells not counted)."""
         return self.panel.locator(".jp-CodeCell").nth(index)
+
+    def find_cell(self, text: str) -> int:
+        """The index of the first code cell whose source contains ``text`` (indices shift as a
+        notebook is edited; its code does not)."""
+        sources = self.panel.locator(".jp-CodeCell .jp-InputArea-editor").all_inner_texts()
+        for index, source in enumerate(sources):
+            if text in source:
+                return index
+        raise LookupError(f"{self.path}: no code cell contains {text!r}")
 
     def cell_output(self, index: int) -> str:
         """A fingerprint of a code cell's rendered output: its text plus every image's source."""
