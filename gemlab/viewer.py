@@ -548,7 +548,8 @@ class InteractiveGame:
         self.done = False
         # continuous_update=False: the value reaches the kernel on Enter (ipywidgets 8's way to submit)
         self.action_box = widgets.Text(
-            placeholder="your action, e.g. \\boxed{5}, then Enter", description="Action:", continuous_update=False, layout=widgets.Layout(width="420px")
+            placeholder="your action, e.g. \\boxed{5}, then Enter", description="Action:", continuous_update=False,
+            layout=widgets.Layout(width="420px", max_width="100%")
         )
         self.play_button = widgets.Button(description="Play", button_style="primary")
         self.new_button = widgets.Button(description="New game")
@@ -557,7 +558,8 @@ class InteractiveGame:
         self.action_box.observe(lambda change: self.play(change["new"]) if change["new"] else None, names="value")
         self.play_button.on_click(lambda _: self.play(self.action_box.value))
         self.new_button.on_click(lambda _: self.new_game())
-        self.widget = widgets.VBox([widgets.HBox([self.action_box, self.play_button, self.new_button]), self.message, self.output])
+        controls = widgets.HBox([self.action_box, self.play_button, self.new_button], layout=widgets.Layout(flex_flow="row wrap"))
+        self.widget = widgets.VBox([controls, self.message, self.output])
         self.new_game()
 
     @property

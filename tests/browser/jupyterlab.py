@@ -76,6 +76,17 @@ WIDGET_AS_TEXT = re.compile(
 )
 
 
+# Every code cell's prompt and rendered outputs, read in one call (instead of one per element).
+_CELLS_JS = """panel => [...panel.querySelectorAll('.jp-CodeCell')].map(cell => ({
+    prompt: (cell.querySelector('.jp-InputPrompt') || {textContent: ''}).textContent,
+    outputs: [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => ({
+        mime: o.getAttribute('data-mime-type') || '',
+        text: o.innerText,
+        rendered: !!o.querySelector('.jupyter-widgets, .widget-box, .lm-Widget'),
+    })),
+}))"""
+
+
 def find_chromium() -> tuple[Path | None, str]:
     """``(path, "")`` when Debian's Chromium is there (installed now with apt-get if missing and
     we are root), else ``(None, why it is not)``."""
@@ -179,6 +190,14 @@ class JupyterLab:
             self._tmp.cleanup()
             self._tmp = None
 
+    def shutdown_kernels(self) -> None:
+        """Shut down every running kernel (each opened notebook starts one), through the REST API."""
+        with urllib.request.urlopen(f"{self.url}/api/kernels?token={self.token}", timeout=10) as reply:
+            kernels = json.loads(reply.read())
+        for kernel in kernels:
+            request = urllib.request.Request(f"{self.url}/api/kernels/{kernel['id']}?token={self.token}", method="DELETE")
+            urllib.request.urlopen(request, timeout=30).close()
+
     def add_notebook(self, name: str, notebook: dict[str, Any]) -> str:
         """Write ``notebook`` (nbformat JSON) as ``notebooks/<name>`` in the served copy; returns its path."""
         (self.root / "notebooks" / name).write_text(json.dumps(notebook))
@@ -253,18 +272,16 @@ class Notebook:
         """What a person would see as broken: error outputs (tracebacks), "Error displaying
         widget", widgets rendered as plain text, and code cells that never ran."""
         found = []
-        for index, cell in enumerate(self.panel.locator(".jp-CodeCell").all()):
-            prompt = cell.locator(".jp-InputPrompt").inner_text().strip()
-            if not re.search(r"\d", prompt):
-                found.append(f"cell {index}: never ran (prompt {prompt!r})")
-            for output in cell.locator(".jp-OutputArea-output").all():
-                mime = output.get_attribute("data-mime-type") or ""
-                text = output.inner_text()
+        for index, cell in enumerate(self.panel.evaluate(_CELLS_JS)):
+            if not re.search(r"\d", cell["prompt"]):
+                found.append(f"cell {index}: never ran (prompt {cell['prompt'].strip()!r})")
+            for output in cell["outputs"]:
+                mime, text = output["mime"], output["text"]
                 if "Error displaying widget" in text:
                     found.append(f"cell {index}: {text.strip()[:200]}")
                 elif mime == "text/plain" and WIDGET_AS_TEXT.match(text):
                     found.append(f"cell {index}: a widget shown as plain text: {text.strip()[:120]}")
-                elif mime == "application/vnd.jupyter.widget-view+json" and not output.locator(".jupyter-widgets, .widget-box, .lm-Widget").count():
+                elif mime == "application/vnd.jupyter.widget-view+json" and not output["rendered"]:
                     found.append(f"cell {index}: an empty widget view")
         for index, cell in enumerate(self.saved_outputs()):
             for output in cell:
