@@ -502,7 +502,7 @@ class LiveMetrics:
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
         for ax, metric in zip(axes[0], self.metrics):
             if metric in frame:
-                ax.plot(frame["step"], frame[metric], marker="o", lw=2)
+                ax.plot(frame["step"], frame[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
             label = self.labels.get(metric, metric)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("training step")
@@ -548,7 +548,8 @@ class InteractiveGame:
         self.done = False
         # continuous_update=False: the value reaches the kernel on Enter (ipywidgets 8's way to submit)
         self.action_box = widgets.Text(
-            placeholder="your action, e.g. \\boxed{5}, then Enter", description="Action:", continuous_update=False, layout=widgets.Layout(width="420px")
+            placeholder="your action, e.g. \\boxed{5}, then Enter", description="Action:", continuous_update=False,
+            layout=widgets.Layout(width="420px", max_width="100%")
         )
         self.play_button = widgets.Button(description="Play", button_style="primary")
         self.new_button = widgets.Button(description="New game")
@@ -557,7 +558,8 @@ class InteractiveGame:
         self.action_box.observe(lambda change: self.play(change["new"]) if change["new"] else None, names="value")
         self.play_button.on_click(lambda _: self.play(self.action_box.value))
         self.new_button.on_click(lambda _: self.new_game())
-        self.widget = widgets.VBox([widgets.HBox([self.action_box, self.play_button, self.new_button]), self.message, self.output])
+        controls = widgets.HBox([self.action_box, self.play_button, self.new_button], layout=widgets.Layout(flex_flow="row wrap"))
+        self.widget = widgets.VBox([controls, self.message, self.output])
         self.new_game()
 
     @property

@@ -53,12 +53,13 @@ def lab(browser: Any) -> Iterator[JupyterLab]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """A new page (tab) of the session's Chromium, closed after the test."""
+def page(browser: Any, lab: JupyterLab) -> Iterator[Any]:
+    """A new page (tab) of the session's Chromium, closed after the test with its kernels."""
     tab = browser.new_page()
     tab.set_default_timeout(60_000)
     yield tab
     tab.close()
+    lab.shutdown_kernels()
 
 
 @pytest.fixture(scope="session")

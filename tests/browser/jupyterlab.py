@@ -7,10 +7,11 @@ the fixtures in ``tests/browser/conftest.py`` and calls the helpers here::
         nb = lab.open(page, "07_widget_lab.ipynb")      # a fresh copy of notebooks/07_widget_lab.ipynb
         nb.run_all()                                     # Run > Run All Cells, waits until the kernel is idle
         assert nb.problems() == []                       # error outputs, broken or plain-text widgets
-        slider = page.locator(".widget-slider").first    # then drive widgets with Playwright:
-        before = nb.cell_output(5)
-        slider.focus(); page.keyboard.press("ArrowRight")
-        nb.wait_for_change(5, before)                    # a cell's output (text + image bytes) changed
+        cell = nb.find_cell("interact(")                # a code cell, by a piece of its source
+        before = nb.cell_output(cell)
+        nb.cell(cell).locator(".widget-slider .noUi-handle").first.focus()
+        page.keyboard.press("ArrowRight")                # then drive widgets with Playwright
+        nb.wait_for_change(cell, before)                 # the cell's output (text + image bytes) changed
         nb.screenshot(screenshot_dir / "07.png")
 
 What the pieces do:
@@ -75,6 +76,17 @@ WIDGET_AS_TEXT = re.compile(
 )
 
 
+# Every code cell's prompt and rendered outputs, read in one call (instead of one per element).
+_CELLS_JS = """panel => [...panel.querySelectorAll('.jp-CodeCell')].map(cell => ({
+    prompt: (cell.querySelector('.jp-InputPrompt') || {textContent: ''}).textContent,
+    outputs: [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => ({
+        mime: o.getAttribute('data-mime-type') || '',
+        text: o.innerText,
+        rendered: !!o.querySelector('.jupyter-widgets, .widget-box, .lm-Widget'),
+    })),
+}))"""
+
+
 def find_chromium() -> tuple[Path | None, str]:
     """``(path, "")`` when Debian's Chromium is there (installed now with apt-get if missing and
     we are root), else ``(None, why it is not)``."""
@@ -135,6 +147,7 @@ class JupyterLab:
             **os.environ,
             "JUPYTER_CONFIG_DIR": str(base / "config"),
             "JUPYTER_RUNTIME_DIR": str(base / "runtime"),
+            "JUPYTER_DATA_DIR": str(base / "data"),
             "JUPYTERLAB_SETTINGS_DIR": str(settings),
             "JUPYTERLAB_WORKSPACES_DIR": str(base / "workspaces"),
             "JUPYTER_PLATFORM_DIRS": "1",
@@ -176,6 +189,14 @@ class JupyterLab:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    def shutdown_kernels(self) -> None:
+        """Shut down every running kernel (each opened notebook starts one), through the REST API."""
+        with urllib.request.urlopen(f"{self.url}/api/kernels?token={self.token}", timeout=10) as reply:
+            kernels = json.loads(reply.read())
+        for kernel in kernels:
+            request = urllib.request.Request(f"{self.url}/api/kernels/{kernel['id']}?token={self.token}", method="DELETE")
+            urllib.request.urlopen(request, timeout=30).close()
 
     def add_notebook(self, name: str, notebook: dict[str, Any]) -> str:
         """Write ``notebook`` (nbformat JSON) as ``notebooks/<name>`` in the served copy; returns its path."""
@@ -251,18 +272,16 @@ class Notebook:
         """What a person would see as broken: error outputs (tracebacks), "Error displaying
         widget", widgets rendered as plain text, and code cells that never ran."""
         found = []
-        for index, cell in enumerate(self.panel.locator(".jp-CodeCell").all()):
-            prompt = cell.locator(".jp-InputPrompt").inner_text().strip()
-            if not re.search(r"\d", prompt):
-                found.append(f"cell {index}: never ran (prompt {prompt!r})")
-            for output in cell.locator(".jp-OutputArea-output").all():
-                mime = output.get_attribute("data-mime-type") or ""
-                text = output.inner_text()
+        for index, cell in enumerate(self.panel.evaluate(_CELLS_JS)):
+            if not re.search(r"\d", cell["prompt"]):
+                found.append(f"cell {index}: never ran (prompt {cell['prompt'].strip()!r})")
+            for output in cell["outputs"]:
+                mime, text = output["mime"], output["text"]
                 if "Error displaying widget" in text:
                     found.append(f"cell {index}: {text.strip()[:200]}")
                 elif mime == "text/plain" and WIDGET_AS_TEXT.match(text):
                     found.append(f"cell {index}: a widget shown as plain text: {text.strip()[:120]}")
-                elif mime == "application/vnd.jupyter.widget-view+json" and not output.locator(".jupyter-widgets, .widget-box, .lm-Widget").count():
+                elif mime == "application/vnd.jupyter.widget-view+json" and not output["rendered"]:
                     found.append(f"cell {index}: an empty widget view")
         for index, cell in enumerate(self.saved_outputs()):
             for output in cell:
@@ -290,6 +309,15 @@ class Notebook:
     def cell(self, index: int) -> Any:
         """The locator of the ``index``-th code cell (0-based, markdown cells not counted)."""
         return self.panel.locator(".jp-CodeCell").nth(index)
+
+    def find_cell(self, text: str) -> int:
+        """The index of the first code cell whose source contains ``text`` (indices shift as a
+        notebook is edited; its code does not)."""
+        sources = self.panel.locator(".jp-CodeCell .jp-InputArea-editor").all_inner_texts()
+        for index, source in enumerate(sources):
+            if text in source:
+                return index
+        raise LookupError(f"{self.path}: no code cell contains {text!r}")
 
     def cell_output(self, index: int) -> str:
         """A fingerprint of a code cell's rendered output: its text plus every image's source."""

@@ -27,6 +27,7 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
         notebook.run_all(timeout_s=600 if lab.quick else 1800)
         if name.startswith("02_"):
             play_the_game(page, notebook)
+            check_narrow_window(page, notebook, screenshot_dir / "02_episodes-narrow.png")
         problems = notebook.problems()
     finally:  # a screenshot of what went wrong, too
         shot = notebook.screenshot(screenshot_dir / name.replace(".ipynb", ".png"))
@@ -47,6 +48,22 @@ def play_the_game(page: Any, notebook: Any) -> None:
     )
     after = game.inner_text()
     assert "turn 0" in after and r"\boxed{5}" in after, f"the game widget did not show the guess after Enter:\n{after[:500]}"
+
+
+def check_narrow_window(page: Any, notebook: Any, path: Path) -> None:
+    """In a 760-pixel window the episode viewer's columns stack instead of squeezing: every text
+    box keeps a readable width (the old table broke words into 5-letter columns)."""
+    viewport = page.viewport_size
+    page.set_viewport_size({"width": 760, "height": 900})
+    try:
+        page.wait_for_timeout(500)
+        boxes = notebook.panel.locator(".jp-OutputArea-output pre[style*='pre-wrap']")
+        widths = boxes.evaluate_all("els => els.filter(e => e.offsetParent).map(e => e.getBoundingClientRect().width)")
+        assert widths and min(widths) >= 180, f"episode viewer text boxes squeezed in a narrow window: {sorted(widths)[:5]} px"
+        boxes.first.scroll_into_view_if_needed()
+        page.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size(viewport)
 
 
 BROKEN = {
@@ -100,3 +117,24 @@ def test_the_browser_test_catches_a_widget_whose_model_is_gone(lab: JupyterLab, 
     notebook = lab.open(page, path)
     problems = notebook.problems()
     assert any("Error displaying widget" in p or "plain text" in p for p in problems), problems
+
+
+FAILED_CHECK = {
+    **BROKEN,
+    "cells": [
+        {
+            "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": ["from gemlab import exercises\n", "\n", "exercises.check_rebn(lambda returns: [g - sum(returns) / len(returns) for g in returns])"],
+        }
+    ],
+}  # fmt: skip
+
+
+def test_a_failed_exercise_check_is_short_on_the_page_and_still_a_failure(lab: JupyterLab, page: Any) -> None:
+    path = lab.add_notebook("zz_failed_check.ipynb", FAILED_CHECK)
+    notebook = lab.open(page, path)
+    notebook.run_all()
+    shown = notebook.cell(0).locator(".jp-OutputArea-output").inner_text()
+    assert "rebn: not yet" in shown and "differs from gemlab.returns.rebn" in shown
+    assert "Traceback" not in shown and len(shown.splitlines()) < 15, shown
+    assert any("CheckFailed" in p for p in notebook.problems())
