@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,13 @@ from gemlab.lab.controls import Controls
 
 DATA_RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 SMALL = dict(batch_size=8, num_env=4, max_steps=2)
+
+
+def drive(scenario) -> None:
+    """Run an async scenario on a fresh event loop in a thread of its own, as the notebook's loop
+    would (pytest's main thread may already run a loop: the browser tests' Playwright)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, scenario()).result()
 
 
 def small_lab(tmp_path: Path, **overrides) -> HyperparameterLab:
@@ -45,7 +53,7 @@ def test_run_writes_a_run_folder_and_each_run_adds_a_line(tmp_path):
         lab.run_button.click()
         await lab.wait()
 
-    asyncio.run(scenario())
+    drive(scenario)
     folders = sorted((tmp_path / "runs").iterdir())
     assert len(folders) == 2
     for folder in folders:
@@ -71,7 +79,7 @@ def test_stop_ends_after_a_step_and_leaves_a_resumable_checkpoint(tmp_path):
         lab.stop_button.click()
         await lab.wait()
 
-    asyncio.run(scenario())
+    drive(scenario)
     assert lab.last_status == "stopped"
     (run_dir,) = (tmp_path / "runs").iterdir()
     done = len(metrics_rows(run_dir))
@@ -127,7 +135,7 @@ def test_a_preset_runs_its_comparison_one_run_after_another(tmp_path):
         lab.preset_buttons["ReBN vs none"].click()
         await lab.wait()
 
-    asyncio.run(scenario())
+    drive(scenario)
     folders = sorted((tmp_path / "runs").iterdir())
     assert [json.loads((f / "config.json").read_text())["normalization"] for f in folders] == ["rebn", "none"]
     assert sorted(run_labels(lab.comparison_runs())) == ["normalization=none", "normalization=rebn"]
@@ -148,7 +156,7 @@ def test_watch_plays_a_saved_policy_and_the_last_batch(tmp_path):
         assert "Loading the policy" in lab.episode.value
         await lab.watch_task
 
-    asyncio.run(scenario())
+    drive(scenario)
     assert "last checkpoint" in lab.episode.value and "turn 0" in lab.episode.value
 
 
@@ -179,7 +187,7 @@ def test_a_backend_that_cannot_start_is_reported_in_the_widget(tmp_path, monkeyp
         lab.run_button.click()
         await lab.wait()
 
-    asyncio.run(scenario())
+    drive(scenario)
     assert lab.last_status == "failed" and "needs a Tinker API key" in lab.message.value
     assert not lab.run_button.disabled and not (tmp_path / "runs").exists()
 
@@ -193,7 +201,7 @@ def test_more_envs_than_transitions_is_a_visible_note_not_a_refusal(tmp_path):
         assert "num_env=12 &gt; batch_size=8" in lab.message.value
         await lab.wait()
 
-    asyncio.run(scenario())
+    drive(scenario)
     assert lab.last_status == "finished"
 
 
@@ -212,7 +220,7 @@ def test_a_failed_step_is_reported_and_what_was_done_is_kept(tmp_path, monkeypat
         lab.run_button.click()
         await lab.wait()
 
-    asyncio.run(scenario())
+    drive(scenario)
     assert lab.last_status == "failed"
     assert "failed at step 1: the sampler went away (checkpoint saved at step 1)" in lab.message.value
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -6,14 +6,12 @@ from __future__ import annotations
 import re
 import time
 
-LAB_CELL = 1  # the code cell that displays the lab
-
 
 def test_the_lab_trains_from_the_browser(lab, page, screenshot_dir):
     nb = lab.open(page, "07_hyperparameter_lab.ipynb")
     nb.run_all()
     assert nb.problems() == []
-    widget = nb.cell(LAB_CELL)
+    widget = nb.cell(nb.find_cell("HyperparameterLab(config"))  # the cell that displays the lab
     rows_before = widget.locator("table.gemlab-runs tbody tr").count()
     assert rows_before >= 2  # the notebook's own quick preset run (ReBN vs none) is in the table
     nb.screenshot(screenshot_dir / "07_hyperparameter_lab-before.png")
