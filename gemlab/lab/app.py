@@ -228,7 +228,7 @@ class HyperparameterLab:
             done, total = trainer.step_index, config.max_steps
             eta = eta_seconds(step_times, total - done)
             title = f"{config.run_name}: step {done}/{total}, loss {config.loss_fn}"
-            labels = {"train/kl_sample_train_v1": "sample-vs-train KL (nats)", "train/loss:sum": f"{config.loss_fn} loss (sum)"}
+            labels = {"train/kl_sample_train_v1": "sample-vs-train KL (nats)", "train/loss:sum": f"{config.loss_fn.replace('_', ' ')} loss (sum)"}
             await self._draw_live(pd.DataFrame(trainer.history), title, labels)
             if len(step_times) == 1:  # the first curve point is on screen
                 self.first_point_seconds = time.time() - pressed
