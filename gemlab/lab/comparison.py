@@ -59,7 +59,8 @@ def is_run_folder(path: Path) -> bool:
 
 
 def find_runs(*folders: str | Path) -> list[Path]:
-    """Run folders directly under each of ``folders`` (missing folders are skipped), oldest first."""
+    """Run folders directly under each of ``folders`` (missing folders are skipped), least
+    recently written first (so a run that just trained comes last)."""
     found: list[Path] = []
     for folder in folders:
         folder = Path(folder)
