@@ -55,5 +55,4 @@ def test_the_lab_trains_from_the_browser(lab, page, screenshot_dir):
     assert table_rows.count() == rows_before + 1
     assert f"{after}/{after}" in table_rows.last.inner_text() and "0.05" in table_rows.last.inner_text()
     nb.screenshot(screenshot_dir / "07_hyperparameter_lab-after-run.png")
-    widget.screenshot(path=str(screenshot_dir / "07_hyperparameter_lab-widget.png"))
     assert nb.problems() == []
