@@ -56,5 +56,6 @@ def test_the_lab_trains_from_the_browser(lab, page, screenshot_dir):
     assert f"{after}/{after}" in table_rows.last.inner_text() and "0.05" in table_rows.last.inner_text()
     widget.locator("button", has_text="Play an episode").click()  # the current run's last step, in the episode viewer
     widget.get_by_text(f"An episode of step {int(after) - 1}").wait_for(timeout=30_000)
+    nb.panel.locator(".jp-WindowedPanel-outer").first.evaluate("el => { el.scrollTop = 0; }")  # clicking scrolled it
     nb.screenshot(screenshot_dir / "07_hyperparameter_lab-after-run.png")
     assert nb.problems() == []
