@@ -29,7 +29,7 @@ def main() -> None:
             start = time.perf_counter()
             path = trainer.training_client.save_state(f"bench{index}").result().path
             saves.append(time.perf_counter() - start)
-        folder = next(Path(log_dir).glob(f"bench/checkpoints/*/weights/bench0"))
+        folder = next(Path(log_dir).glob("bench/checkpoints/*/weights/bench0"))
         size = sum(f.stat().st_size for f in folder.iterdir())
         trainer.close()
     step, save = statistics.median(steps), statistics.median(saves)
