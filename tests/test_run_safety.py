@@ -280,3 +280,45 @@ def _wrapping(create, cls):
         return cls(await create(**kwargs), None, -1, lambda: None)
 
     return wrapped
+
+
+def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path, monkeypatch, capsys, reference) -> None:
+    """From step 3 on every request fails, retries included: the command saves step 3's state,
+    prints one line with the resume command, exits 1; the rerun (sampler back) loses nothing."""
+    import gemlab.rollout
+    import gemlab.train
+    from gemlab.training import Trainer as RealTrainer
+
+    monkeypatch.setattr(gemlab.rollout, "RETRY_DELAYS", (0.0, 0.0))
+
+    class DownFromStep3(FaultyTraining):
+        async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
+            sampler = await self.client.save_weights_and_get_sampling_client_async(*args, **kwargs)
+            self.snapshots += 1
+            down = self.snapshots > 3
+
+            class Sampler:
+                async def sample_async(self, **request):
+                    if down:
+                        raise ConnectionError("sampler unreachable")
+                    return await sampler.sample_async(**request)
+
+            return Sampler()
+
+    real = RealTrainer._default_service_client
+
+    def faulty(self):
+        service = real(self)
+        service.create_lora_training_client_async = _wrapping(service.create_lora_training_client_async, DownFromStep3)
+        return service
+
+    monkeypatch.setattr(RealTrainer, "_default_service_client", faulty)
+    argv = ["preset=laptop", *(f"{k}={v}" for k, v in SMALL.items()), f"log_dir={tmp_path}", "run_name=r"]
+    assert gemlab.train.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "step 3 failed (RuntimeError: every episode of a rollout round failed" in err
+    assert err.endswith("stopped after step 3, checkpoint saved; resume with: python -m gemlab.train " + " ".join(argv))
+    assert [line["step"] for line in _rows(tmp_path / "r" / "checkpoints.jsonl")] == [2, 3]
+    monkeypatch.setattr(RealTrainer, "_default_service_client", real)
+    assert gemlab.train.main(argv) == 0
+    assert _without_time(_rows(tmp_path / "r" / "metrics.jsonl")) == reference
