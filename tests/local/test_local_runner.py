@@ -245,8 +245,11 @@ def test_runner_runs_a_module_with_tinker_patched(tmp_path: Path):
     missing = subprocess.run(
         [sys.executable, "-m", "gemlab.local", "-m", "no_such_module_here"], capture_output=True, text=True, cwd=tmp_path
     )
-    assert missing.returncode != 0 and "no module named 'no_such_module_here'" in missing.stderr
-    assert "Traceback" not in missing.stderr
+    assert missing.returncode != 0 and missing.stderr.strip() == "gemlab.local: no module named 'no_such_module_here'"
+    missing = subprocess.run(
+        [sys.executable, "-m", "gemlab.local", "-m", "tinker.no_such_part"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert missing.returncode != 0 and missing.stderr.strip() == "gemlab.local: no module named 'tinker.no_such_part'"
 
 
 def test_patch_tinker_undoes_everything():
