@@ -107,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         except ModuleNotFoundError:
             found = False
         if not found:
+            sys.path.remove(os.getcwd())
             raise SystemExit(f"gemlab.local: no module named {module!r}")
         patch_tinker()
         sys.argv = [module, *args[2:]]
