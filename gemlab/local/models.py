@@ -222,20 +222,24 @@ def load_tokenizer(name: str) -> Any:
         return _tokenizers[name]
 
 
+def build_model(name: str) -> Any:
+    """A fresh copy of local model ``name`` (a Hugging Face causal LM on the CPU, float32)."""
+    if name in (TINY, TINY_RANDOM):
+        from gemlab.local.tiny import build_tiny_model
+
+        return build_tiny_model(seed=0, pretrained=name == TINY)
+    from transformers import AutoModelForCausalLM
+
+    folder, options = model_source(name)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+
+
 def load_model(name: str, device: torch.device) -> LoadedModel:
     """Local model ``name`` on ``device``, loaded once per process and then shared."""
     with _cache_lock:
         key = (name, str(device))
         if key not in _models:
-            if name in (TINY, TINY_RANDOM):
-                from gemlab.local.tiny import build_tiny_model
-
-                model = build_tiny_model(seed=0, pretrained=name == TINY)
-            else:
-                from transformers import AutoModelForCausalLM
-
-                folder, options = model_source(name)
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+            model = build_model(name)
             model.requires_grad_(False)
             model.eval()
             _models[key] = LoadedModel(name=name, model=model.to(device), tokenizer=load_tokenizer(name), device=device)

@@ -101,11 +101,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0 if args[:1] in (["-h"], ["--help"]) else 2)
     if args[0] == "-m":
         module = args[1]
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            raise SystemExit(f"gemlab.local: no module named {module.split('.')[0]!r}")
+        sys.path.insert(0, os.getcwd())
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            sys.path.remove(os.getcwd())
+            raise SystemExit(f"gemlab.local: no module named {module!r}")
         patch_tinker()
         sys.argv = [module, *args[2:]]
-        sys.path.insert(0, os.getcwd())
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return
     script = Path(args[0])

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     '''
     """A GEM-style Tinker RL loop: nothing in it knows about gemlab."""
@@ -242,11 +244,15 @@ def test_runner_runs_a_module_with_tinker_patched(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "module ok LocalServiceClient LocalRestClient"
-    missing = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", "-m", "no_such_module_here"], capture_output=True, text=True, cwd=tmp_path
-    )
-    assert missing.returncode != 0 and "no module named 'no_such_module_here'" in missing.stderr
-    assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("module", ["no_such_module_here", "tinker.no_such_part"])
+def test_runner_refuses_a_missing_module_in_one_line(module: str):
+    from gemlab.local.runner import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["-m", module])
+    assert exited.value.code == f"gemlab.local: no module named {module!r}"
 
 
 def test_patch_tinker_undoes_everything():
