@@ -30,7 +30,7 @@ USAGE = (
     "       python -m gemlab.local -m MODULE [ARGS...]\n\n"
     "Runs a Tinker script (or module, as python -m does) in this process, with tinker.ServiceClient\n"
     "replaced by gemlab.local.LocalServiceClient. Tinker model names the backend lacks map to\n"
-    "$GEMLAB_LOCAL_MODEL (default gemlab/tiny), for the clients and for AutoTokenizer.from_pretrained;\n"
+    "$GEMLAB_LOCAL_MODEL (default gemlab/tiny-chat), for the clients and for AutoTokenizer.from_pretrained;\n"
     "see docs/local-backend.md."
 )
 

@@ -19,7 +19,7 @@ def test_export_writes_a_folder_that_matches_the_preset(tmp_path: Path, monkeypa
     from gemlab.local import export as module
 
     folder = tmp_path / "tiny-hf"
-    monkeypatch.setattr(sys, "argv", ["export", "Qwen/Qwen3-4B-Instruct-2507", str(folder)])  # maps to gemlab/tiny
+    monkeypatch.setattr(sys, "argv", ["export", "Qwen/Qwen3-4B-Instruct-2507", str(folder)])  # maps to gemlab/tiny-chat
     module.main()
     assert not any("lora" in key for key in load_file(folder / "model.safetensors"))
     tokenizer = AutoTokenizer.from_pretrained(folder)

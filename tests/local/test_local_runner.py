@@ -201,7 +201,7 @@ def test_gem_style_script_loads_its_tokenizer_by_tinker_name(tmp_path: Path):
     lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in lines] == ["0", "1"]
     assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
-    assert done.stderr.count("Qwen/Qwen3-8B-Base is not available locally; using gemlab/tiny") == 1
+    assert done.stderr.count("Qwen/Qwen3-8B-Base is not available locally; using gemlab/tiny-chat") == 1
 
 
 MODULE = textwrap.dedent(
@@ -212,12 +212,12 @@ MODULE = textwrap.dedent(
     import tinker
     from transformers import AutoTokenizer
 
-    from gemlab.local import TINY
+    from gemlab.local import TINY_CHAT
     from gemlab.local.models import load_tokenizer
 
     assert __name__ == "__main__" and sys.argv[1:] == ["--flag", "x"], sys.argv
     service = tinker.ServiceClient()
-    assert AutoTokenizer.from_pretrained("Qwen/Qwen3-4B-Instruct-2507") is load_tokenizer(TINY)
+    assert AutoTokenizer.from_pretrained("Qwen/Qwen3-4B-Instruct-2507") is load_tokenizer(TINY_CHAT)
     sampler = service.create_sampling_client(base_model="Qwen/Qwen3-4B-Instruct-2507").result()
     assert tinker.SamplingClient.from_sampler_handle(sampler.get_sampler_handle()) is sampler
     training = service.create_lora_training_client(base_model="Qwen/Qwen3-4B-Instruct-2507", rank=4).result()
