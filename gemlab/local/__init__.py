@@ -12,7 +12,7 @@ training = service.create_lora_training_client(base_model="gemlab/tiny", rank=8,
 ``docs/local-backend.md`` for model names, environment variables, paths and semantics.
 """
 
-from gemlab.local.models import PRESETS, SMOLLM2, TINY, TINY_RANDOM
+from gemlab.local.models import PRESETS, SMOLLM2, TINY, TINY_CHAT, TINY_RANDOM
 from gemlab.local.rest import LocalBackendError, LocalRestClient
 from gemlab.local.runner import patch_tinker
 from gemlab.local.sampler import LocalSamplingClient
@@ -28,6 +28,7 @@ __all__ = [
     "patch_tinker",
     "PRESETS",
     "TINY",
+    "TINY_CHAT",
     "TINY_RANDOM",
     "SMOLLM2",
 ]

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
-from gemlab.local.models import UnknownModelError, load_model, resolve_model_name
+from gemlab.local.models import UnknownModelError, build_model, load_tokenizer, resolve_model_name
 
 
 def export(name: str, folder: str | Path) -> Path:
@@ -25,12 +23,11 @@ def export(name: str, folder: str | Path) -> Path:
     target = Path(folder).expanduser()
     if target.exists() and any(target.iterdir()):
         raise FileExistsError(f"{target} is not empty; choose a new folder")
-    loaded = load_model(resolve_model_name(name), torch.device("cpu"))
-    if loaded.peft is not None:
-        raise RuntimeError("export runs before any training client in the process (LoRA layers are in the model)")
+    local = resolve_model_name(name)
+    model, tokenizer = build_model(local), load_tokenizer(local)  # a fresh copy: no LoRA layers in it
     target.mkdir(parents=True, exist_ok=True)
-    loaded.model.save_pretrained(target)
-    loaded.tokenizer.save_pretrained(target)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
     return target
 
 
@@ -41,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     try:
         target = export(args.model, args.folder)
-    except (UnknownModelError, FileExistsError, FileNotFoundError, RuntimeError) as exc:
+    except (UnknownModelError, FileExistsError, FileNotFoundError) as exc:
         raise SystemExit(f"gemlab.local.export: {exc}") from None
     print(f"wrote {resolve_model_name(args.model)} to {target}")
 

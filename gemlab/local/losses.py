@@ -18,7 +18,8 @@ never a mean, exactly as Tinker defines it
 | stable_reinforce | ``-r * A`` (see ``stable_reinforce`` below: no published formula) |
 
 ``lo``/``hi`` are ``clip_low_threshold``/``clip_high_threshold``, absolute ratio bounds: 0.8 and
-1.2 for ppo, 0.0 and 4.0 for cispo (https://tinker-docs.thinkingmachines.ai/tinker/losses/cispo),
+1.2 for ppo (epsilon 0.2, https://tinker-docs.thinkingmachines.ai/tinker/losses/ppo), 0.0 and 4.0
+for cispo (https://tinker-docs.thinkingmachines.ai/tinker/losses/cispo),
 ``1 - 3e-4`` and ``1 + 4e-4`` for gspo (the GSPO paper's range; Tinker's page states none);
 ``beta`` is required for dro. For gspo, ``s`` is the sequence ratio
 ``exp(mean(lp - q))`` over the tokens that ``sequence_ratio_mask`` marks.

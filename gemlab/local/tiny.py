@@ -25,9 +25,11 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 TOKENIZER_FILE = Path(__file__).parent / "assets" / "tiny-tokenizer.json"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # The rest of Qwen3's chat-format markers, which tinker-cookbook's Qwen3 renderers expect to be
-# single tokens. They are appended after the trained vocabulary (ids 861-866), so the tokenizer
-# file, every text without them and the shipped weights stay as they were; ``build_tiny_model``
-# gives them embedding rows at load time.
+# single tokens. ``gemlab/tiny-chat`` (what Tinker model names map to) appends them after the
+# trained vocabulary (ids 861-866), so the tokenizer file, every text without them and the shipped
+# weights stay as they were; ``build_tiny_model(chat_markers=True)`` gives them embedding rows at
+# load time. ``gemlab/tiny`` itself keeps the trained vocabulary, so its runs stay bit-for-bit
+# what they were (extra rows change the float rounding of every softmax and Adam step).
 CHAT_FORMAT_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 VOCAB_SIZE = 1024
 CHAT_TEMPLATE = (
@@ -97,8 +99,9 @@ def train_tokenizer(path: Path = TOKENIZER_FILE) -> None:
     path.write_text(json.dumps(json.loads(tokenizer.to_str()), indent=None))
 
 
-def load_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """The preset's tokenizer as a Hugging Face fast tokenizer with a chat template."""
+def load_tiny_tokenizer(*, chat_markers: bool = False) -> PreTrainedTokenizerFast:
+    """The preset's tokenizer as a Hugging Face fast tokenizer with a chat template; with
+    ``chat_markers`` also ``CHAT_FORMAT_TOKENS`` as single tokens (``gemlab/tiny-chat``)."""
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_file=str(TOKENIZER_FILE),
         eos_token="<|im_end|>",
@@ -107,7 +110,8 @@ def load_tiny_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in CHAT_FORMAT_TOKENS])
+    if chat_markers:
+        tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in CHAT_FORMAT_TOKENS])
     return tokenizer
 
 
@@ -126,10 +130,13 @@ def add_token_rows(model: LlamaForCausalLM, vocab_size: int) -> None:
         model.get_input_embeddings().weight[len(trained) :] = trained.mean(0)
 
 
-def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: int) -> LlamaForCausalLM:
+def build_tiny_model(
+    seed: int = 0, *, pretrained: bool = False, chat_markers: bool = False, **overrides: int
+) -> LlamaForCausalLM:
     """A Llama sized by ``TINY_SHAPE``, randomly initialised from ``seed`` (same seed, same
-    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``)."""
-    tokenizer = load_tiny_tokenizer()
+    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``); with
+    ``chat_markers`` it has rows for ``CHAT_FORMAT_TOKENS`` too."""
+    tokenizer = load_tiny_tokenizer(chat_markers=chat_markers)
     config = LlamaConfig(
         vocab_size=trained_vocab_size(),
         tie_word_embeddings=True,
@@ -145,8 +152,7 @@ def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: in
         from gemlab.local.pretrain import load_pretrained
 
         load_pretrained(model)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
+    if chat_markers:
         add_token_rows(model, len(tokenizer))
     return model
 

@@ -444,9 +444,13 @@ class LocalTrainingClient(TrainingClient):
                 weight_decay=params.weight_decay,
             )
         before = ([p.detach().clone() for p in self._params], copy.deepcopy(self._optimizer.state_dict()))
-        self._optimizer.step()
+        try:
+            self._optimizer.step()
+            finite = all(bool(torch.isfinite(p).all()) for p in self._params)
+        except RuntimeError:  # torch's own overflow check, possibly after some tensors moved
+            finite = False
         self._optimizer.zero_grad(set_to_none=True)
-        if not all(bool(torch.isfinite(p).all()) for p in self._params):
+        if not finite:
             with torch.no_grad():
                 for p, saved in zip(self._params, before[0]):
                     p.copy_(saved)

@@ -18,7 +18,7 @@ import pytest
 COOKBOOK = "tinker-cookbook==0.6.1"
 IMPORTS = ["datasets", "termcolor", "blobfile", "sympy", "pylatexenc", "math-verify"]
 MODEL = "Qwen/Qwen3-4B-Instruct-2507"
-NOTICE = f"gemlab.local: {MODEL} is not available locally; using gemlab/tiny instead"
+NOTICE = f"gemlab.local: {MODEL} is not available locally; using gemlab/tiny-chat instead"
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:

@@ -45,6 +45,7 @@ def test_lists_a_runs_checkpoints_and_deletes_one(setup, tmp_path: Path):
         rest.delete_checkpoint_from_tinker_path(state).result()
 
 
+@pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")
 def test_training_run_and_weights_info(setup):
     service, training, rest = setup
     path = training.save_state("s").result().path

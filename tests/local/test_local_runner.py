@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     '''
     """A GEM-style Tinker RL loop: nothing in it knows about gemlab."""
@@ -199,7 +201,7 @@ def test_gem_style_script_loads_its_tokenizer_by_tinker_name(tmp_path: Path):
     lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in lines] == ["0", "1"]
     assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
-    assert done.stderr.count("Qwen/Qwen3-8B-Base is not available locally; using gemlab/tiny") == 1
+    assert done.stderr.count("Qwen/Qwen3-8B-Base is not available locally; using gemlab/tiny-chat") == 1
 
 
 MODULE = textwrap.dedent(
@@ -210,12 +212,12 @@ MODULE = textwrap.dedent(
     import tinker
     from transformers import AutoTokenizer
 
-    from gemlab.local import TINY
+    from gemlab.local import TINY_CHAT
     from gemlab.local.models import load_tokenizer
 
     assert __name__ == "__main__" and sys.argv[1:] == ["--flag", "x"], sys.argv
     service = tinker.ServiceClient()
-    assert AutoTokenizer.from_pretrained("Qwen/Qwen3-4B-Instruct-2507") is load_tokenizer(TINY)
+    assert AutoTokenizer.from_pretrained("Qwen/Qwen3-4B-Instruct-2507") is load_tokenizer(TINY_CHAT)
     sampler = service.create_sampling_client(base_model="Qwen/Qwen3-4B-Instruct-2507").result()
     assert tinker.SamplingClient.from_sampler_handle(sampler.get_sampler_handle()) is sampler
     training = service.create_lora_training_client(base_model="Qwen/Qwen3-4B-Instruct-2507", rank=4).result()
@@ -242,11 +244,15 @@ def test_runner_runs_a_module_with_tinker_patched(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "module ok LocalServiceClient LocalRestClient"
-    missing = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", "-m", "no_such_module_here"], capture_output=True, text=True, cwd=tmp_path
-    )
-    assert missing.returncode != 0 and "no module named 'no_such_module_here'" in missing.stderr
-    assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("module", ["no_such_module_here", "tinker.no_such_part"])
+def test_runner_refuses_a_missing_module_in_one_line(module: str):
+    from gemlab.local.runner import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["-m", module])
+    assert exited.value.code == f"gemlab.local: no module named {module!r}"
 
 
 def test_patch_tinker_undoes_everything():

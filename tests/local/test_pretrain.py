@@ -100,11 +100,13 @@ def test_tokenizer_keeps_numbers_whole_and_prompts_short(tokenizer):
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
 
-def test_chat_format_tokens_are_single_and_change_no_other_text(tokenizer):
-    """<think>, </think>, <tool_call>... are one token each (tinker-cookbook's Qwen3 renderers assert
-    it), and every text of the tokenizer's corpus tokenizes exactly as the trained file does."""
+def test_chat_format_tokens_are_single_and_change_no_other_text():
+    """In gemlab/tiny-chat, <think>, </think>, <tool_call>... are one token each (tinker-cookbook's
+    Qwen3 renderers assert it), and every text of the tokenizer's corpus tokenizes exactly as the
+    trained file does."""
     from tokenizers import Tokenizer
 
+    tokenizer = load_tiny_tokenizer(chat_markers=True)
     from gemlab.local.tiny import CHAT_FORMAT_TOKENS, TOKENIZER_FILE, tokenizer_corpus
 
     for token in CHAT_FORMAT_TOKENS:
@@ -117,9 +119,10 @@ def test_chat_format_tokens_are_single_and_change_no_other_text(tokenizer):
 
 def test_the_new_tokens_rows_leave_the_base_sampling_as_before(tokenizer):
     """The appended rows sit at the embeddings' mean: the shipped base gives them (almost) no mass."""
-    model = build_tiny_model(seed=0, pretrained=True)
-    assert model.get_input_embeddings().weight.shape[0] == len(tokenizer)
-    new_ids = tokenizer.convert_tokens_to_ids(["<think>", "</think>", "<tool_call>"])
+    chat_tokenizer = load_tiny_tokenizer(chat_markers=True)
+    model = build_tiny_model(seed=0, pretrained=True, chat_markers=True)
+    assert model.get_input_embeddings().weight.shape[0] == len(chat_tokenizer) == len(tokenizer) + 6
+    new_ids = chat_tokenizer.convert_tokens_to_ids(["<think>", "</think>", "<tool_call>"])
     states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=pretrain.SKILL, seed=7, tokenizer=tokenizer)
     with torch.no_grad():
         for _ in range(10):
