@@ -9,7 +9,7 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import TINY, LocalServiceClient
+from gemlab.local import TINY, TINY_CHAT, LocalServiceClient
 from gemlab.local.models import load_tokenizer
 from tests.local.helpers import rl_datum, sft_datum
 
@@ -29,9 +29,9 @@ def test_tinker_model_names_map_to_the_local_model(service, caplog, prompt):
         service.create_sampling_client(base_model=name).result()
     warnings = [r.getMessage() for r in caplog.records if name in r.getMessage()]
     assert len(warnings) <= 1  # once per process: an earlier test may have triggered it already
-    assert training.get_tokenizer() is load_tokenizer(TINY)
+    assert training.get_tokenizer() is load_tokenizer(TINY_CHAT)
     assert training.get_info().model_data.model_name == name
-    assert training.get_info().model_data.tokenizer_id == TINY
+    assert training.get_info().model_data.tokenizer_id == TINY_CHAT
 
 
 def test_local_model_env_var_is_checked(service, monkeypatch):

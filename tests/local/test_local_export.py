@@ -24,7 +24,7 @@ def test_export_writes_a_folder_that_matches_the_preset(tmp_path: Path, monkeypa
     assert not any("lora" in key for key in load_file(folder / "model.safetensors"))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
-    reference = build_tiny_model(seed=0, pretrained=True)
+    reference = build_tiny_model(seed=0, pretrained=True, chat_markers=True)
     text = "<|im_start|>user\nGuess my number.<|im_end|>\n<|im_start|>assistant\n<think>\n</think>\n\n"
     ids = torch.tensor([tokenizer.encode(text)])
     with torch.no_grad():
