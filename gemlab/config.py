@@ -66,17 +66,23 @@ class Config:
     # environment
     env_id: str = "game:GuessTheNumber-v0-easy"
     num_env: int = chz.field(default=32, validator=_positive, doc="environments played concurrently")
+    group_size: int = chz.field(
+        default=1, validator=_positive, doc="envs per group that share one problem (GRPO's groups); must divide num_env"
+    )
     env_wrappers: str = chz.field(default="concat", doc="comma-separated GEM wrapper names")
     template: str = chz.field(default="qwen3_game", validator=_one_of(tuple(TEMPLATES)))
     # returns
     gamma: float = chz.field(default=0.9, validator=_in_range(0.0, 1.0))
     normalization: str = chz.field(
-        default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center' or 'group'"
+        default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center', 'group' or 'grpo'"
     )
     # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
     loss_fn: str = chz.field(default="importance_sampling", validator=_one_of(tuple(POLICY_LOSSES)))
     loss_fn_config: dict[str, float] | None = chz.field(
         default=None, doc="the loss's settings, e.g. loss_fn_config.clip_low_threshold=0.8 (ppo, cispo)"
+    )
+    num_minibatches: int = chz.field(
+        default=1, validator=_positive, doc="policy updates per batch: one forward_backward + optim_step per minibatch (PPO-style when > 1)"
     )
     # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
     warmup_steps: int = chz.field(default=0, validator=chz.validators.ge(0))
@@ -94,6 +100,15 @@ class Config:
         if unknown:
             takes = ", ".join(allowed) or "no settings"
             raise ValueError(f"loss_fn_config keys {unknown} are not used by loss_fn={self.loss_fn!r}; it takes: {takes}")
+
+    @chz.validate
+    def _groups(self) -> None:
+        if self.num_env % self.group_size:
+            raise ValueError(f"group_size must divide num_env ({self.num_env}), got {self.group_size}")
+        if self.normalization == "grpo" and self.group_size < 2:
+            raise ValueError("normalization='grpo' compares episodes of one problem: set group_size >= 2")
+        if self.num_minibatches > self.batch_size:
+            raise ValueError(f"num_minibatches must be at most batch_size ({self.batch_size}), got {self.num_minibatches}")
 
     @property
     def resolved_run_name(self) -> str:

@@ -7,7 +7,12 @@ Each step (GEM paper, Algorithm 1; GEM's Tinker example):
   4. normalize all returns in the batch (ReBN by default),
   5. subsample ``batch_size`` transitions and build one Datum each,
   6. ``forward_backward(..., "importance_sampling")`` then ``optim_step`` (Adam); ``loss_fn``
-     picks another of Tinker's policy-gradient losses (``ppo``, ``cispo``, ``dro``).
+     picks another of Tinker's policy-gradient losses (``ppo``, ``cispo``, ``dro``), and
+     ``num_minibatches`` > 1 splits the batch into that many updates (PPO-style).
+
+``normalization="grpo"`` with ``group_size`` > 1 is GRPO instead of steps 3-4: envs play in groups
+that share one problem, and every turn of an episode gets the episode's total reward normalized
+within its group (trajectory-level, gamma 1, as GRPO treats a whole episode as one response).
 
 The loop talks to Tinker's client interface only; ``gemlab.backend`` decides whether that is real
 Tinker or the local backend.
@@ -51,8 +56,12 @@ def prepare_transitions(
     for episode in batch.episodes:
         transitions.extend(episode.transitions)
         returns.extend(discounted_returns([t.reward for t in episode.transitions], gamma))
-    groups = [tuple(t.obs_tokens) for t in transitions] if normalization == "group" else None
-    advantages = normalize(returns, normalization, groups)
+    if normalization == "grpo":  # one advantage per episode, from its group, on every turn
+        scores = normalize([e.total_reward for e in batch.episodes], "grpo", [e.group for e in batch.episodes])
+        advantages = [score for episode, score in zip(batch.episodes, scores) for _ in episode.transitions]
+    else:
+        groups = [tuple(t.obs_tokens) for t in transitions] if normalization == "group" else None
+        advantages = normalize(returns, normalization, groups)
     if len(transitions) > batch_size:
         keep = rng.choice(len(transitions), batch_size, replace=False)
         transitions = [transitions[i] for i in keep]
@@ -98,7 +107,12 @@ class Trainer:
         )
         self.tokenizer = self.training_client.get_tokenizer()
         self.envs = make_envs(
-            config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=self.tokenizer
+            config.env_id,
+            config.num_env,
+            seed=config.seed,
+            env_wrappers=config.env_wrappers,
+            tokenizer=self.tokenizer,
+            group_size=config.group_size,
         )
         self.run_dir = Path(config.log_dir) / config.resolved_run_name
         self.step_index = 0
@@ -131,30 +145,38 @@ class Trainer:
                 temperature=config.temperature,
                 seed=request_seed(config.seed, step, 1),
                 progress=bar,
+                group_size=config.group_size,
             )
         self.last_batch = batch
         sample_time = time.time() - start
 
+        rng = np.random.default_rng([config.seed, step])
         transitions, advantages = prepare_transitions(
-            batch,
-            gamma=config.gamma,
-            normalization=config.normalization,
-            batch_size=config.batch_size,
-            rng=np.random.default_rng([config.seed, step]),
+            batch, gamma=config.gamma, normalization=config.normalization, batch_size=config.batch_size, rng=rng
         )
         datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
         train_start = time.time()
-        backward = await self.training_client.forward_backward_async(
-            datums, config.loss_fn, loss_fn_config=config.loss_fn_config
-        )
-        optim = await self.training_client.optim_step_async(adam_params(config.learning_rate))
-        result = await backward.result_async()
-        await optim.result_async()
+        # ALGO LOGIC: one update on the whole batch, or (PPO-style) one per shuffled minibatch
+        order = rng.permutation(len(datums)) if config.num_minibatches > 1 else np.arange(len(datums))
+        minibatches = np.array_split(order, config.num_minibatches)
+        outputs: list[Any] = [None] * len(datums)
+        train: dict[str, float] = {}
+        for minibatch in minibatches:
+            backward = await self.training_client.forward_backward_async(
+                [datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config
+            )
+            optim = await self.training_client.optim_step_async(adam_params(config.learning_rate))
+            result = await backward.result_async()
+            await optim.result_async()
+            for index, output in zip(minibatch, result.loss_fn_outputs):
+                outputs[index] = output
+            for key, value in result.metrics.items():  # summed over minibatches
+                train[key] = train.get(key, 0.0) + float(value)
 
         metrics: dict[str, float] = {"step": float(step)}
         metrics.update(rollout_metrics(batch))
-        metrics.update(policy_metrics(transitions, result.loss_fn_outputs))
-        metrics.update({f"train/{k}": float(v) for k, v in result.metrics.items()})
+        metrics.update(policy_metrics(transitions, outputs))
+        metrics.update({f"train/{k}": v for k, v in train.items()})
         metrics["train/num_transitions"] = float(len(transitions))
         metrics["time/sample"] = sample_time
         metrics["time/train"] = time.time() - train_start

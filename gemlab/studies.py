@@ -1,0 +1,174 @@
+"""The GEM paper's two studies at laptop scale: their runs, a resumable runner, and their tables.
+
+- ``gamma``: REINFORCE + ReBN on GuessTheNumber 1-20 (20 turns) with gamma 0.5, 0.9 and 1.0. Any
+  consistent player wins within 20 turns, so only gamma < 1 rewards winning *fast*.
+- ``algorithms``: REINFORCE (raw returns), REINFORCE + ReBN, GRPO (groups of 8 envs on one
+  problem, trajectory-level, gamma 1) and PPO-style updates (Tinker's clipped ``ppo`` loss on
+  ReBN advantages, 4 minibatch updates per batch) on the multi-turn easy GuessTheNumber and on
+  the single-turn ``rg:products-1digit``.
+
+Every run is an ordinary run folder (``config.json`` + ``metrics.jsonl``, as ``python -m
+gemlab.train`` writes them) under ``<root>/<study>/<run>/``; ``benchmarks/reproduce_gem.py`` is
+the command that makes them all. A finished run (``max_steps`` rows, no checkpoint list left) is
+skipped, an unfinished one resumes from its last checkpoint, so an interrupted command can simply
+be run again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import chz
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from gemlab.config import Config, make_config
+from gemlab.training import CHECKPOINTS_FILE, METRICS_FILE, Trainer
+from gemlab.variants import GUESS_20, PRODUCTS_1DIGIT
+
+STUDIES = ("gamma", "algorithms")
+SEEDS = (0, 1, 2)
+STEPS = 40  # per run; the whole regeneration's time is in the README and notebook 08
+WINDOW = 10  # first-10 / last-10 steps in the tables
+GAMMAS = (0.5, 0.9, 1.0)
+# Shared by every run: the laptop preset (gemlab/tiny family, lr 2e-3, LoRA rank 8) at batch 64.
+COMMON: dict[str, Any] = dict(batch_size=64, save_every=10)
+GAMMA_SETTING: dict[str, Any] = dict(model_name="gemlab/tiny-guess20", env_id=GUESS_20, num_env=16)
+ENVIRONMENTS: dict[str, dict[str, Any]] = {
+    "guess": dict(model_name="gemlab/tiny", env_id="game:GuessTheNumber-v0-easy", num_env=32),
+    "products": dict(model_name="gemlab/tiny-products", env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
+}
+METHODS: dict[str, dict[str, Any]] = {
+    "reinforce": dict(normalization="none"),
+    "rebn": dict(normalization="rebn"),
+    "grpo": dict(normalization="grpo", gamma=1.0, group_size=8),
+    "ppo": dict(normalization="rebn", loss_fn="ppo", num_minibatches=4),
+}
+METHOD_LABELS = {
+    "reinforce": "REINFORCE (raw returns)",
+    "rebn": "REINFORCE + ReBN",
+    "grpo": "GRPO (groups of 8, gamma 1)",
+    "ppo": "PPO-style (clipped, 4 minibatches)",
+}
+
+
+def study_configs(study: str, root: str | Path = "data/figures", *, steps: int = STEPS, seeds: Sequence[int] = SEEDS) -> list[Config]:
+    """Every run of ``study`` as a ``Config`` whose run folder is ``<root>/<study>/<run>``."""
+    if study not in STUDIES:
+        raise ValueError(f"Unknown study {study!r}. Known studies: {', '.join(STUDIES)}")
+    log_dir = str(Path(root) / study)
+    base = dict(COMMON, max_steps=steps, log_dir=log_dir)
+    if study == "gamma":
+        return [
+            make_config("laptop", **base, **GAMMA_SETTING, gamma=gamma, seed=seed, run_name=f"gamma{gamma}-seed{seed}")
+            for gamma in GAMMAS
+            for seed in seeds
+        ]
+    return [
+        make_config("laptop", **base, **setting, **METHODS[method], seed=seed, run_name=f"{env}-{method}-seed{seed}")
+        for env, setting in ENVIRONMENTS.items()
+        for method in METHODS
+        for seed in seeds
+    ]
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def steps_done(config: Config) -> int:
+    """Steps of this run already in its ``metrics.jsonl`` and safe to keep: all of them when the
+    run finished, else those up to its last checkpoint (what the trainer resumes from)."""
+    run_dir = Path(config.log_dir) / config.resolved_run_name
+    rows = _rows(run_dir / METRICS_FILE)
+    if len(rows) >= config.max_steps:
+        return config.max_steps
+    checkpoints = _rows(run_dir / CHECKPOINTS_FILE)
+    return int(checkpoints[-1]["step"]) if checkpoints else 0
+
+
+def run_configs(configs: Iterable[Config], *, progress: bool = True) -> None:
+    """Run every config to ``max_steps``: skip finished runs, resume unfinished ones from their
+    last checkpoint, restart those with none. One progress bar counts the steps of all runs.
+    A finished run keeps only ``config.json`` and ``metrics.jsonl`` (checkpoints are local)."""
+    configs = list(configs)
+    done = {config.resolved_run_name: steps_done(config) for config in configs}
+    total = sum(config.max_steps for config in configs)
+    with tqdm(total=total, initial=sum(done.values()), desc="reproduce_gem", unit="step", disable=not progress) as bar:
+        for config in configs:
+            run_dir = Path(config.log_dir) / config.resolved_run_name
+            if done[config.resolved_run_name] == 0:
+                shutil.rmtree(run_dir, ignore_errors=True)  # nothing to resume from: start clean
+            if done[config.resolved_run_name] < config.max_steps:
+                bar.set_postfix(run=config.resolved_run_name)
+                trainer = Trainer(config, progress=False)
+                try:
+                    while trainer.step_index < config.max_steps:
+                        trainer.step()
+                        bar.update(1)
+                    trainer.save_checkpoint()
+                finally:
+                    trainer.close()
+            for extra in (CHECKPOINTS_FILE, "warmup.jsonl"):
+                (run_dir / extra).unlink(missing_ok=True)
+
+
+def load_study(folder: str | Path) -> dict[str, pd.DataFrame]:
+    """Every run of a study folder: run name -> its metrics, one row per step."""
+    folder = Path(folder)
+    runs = sorted(path.parent for path in folder.glob(f"*/{METRICS_FILE}"))
+    if not runs:
+        raise FileNotFoundError(f"no runs under {folder}: run `python benchmarks/reproduce_gem.py` first")
+    return {run.name: pd.read_json(run / METRICS_FILE, lines=True) for run in runs}
+
+
+def group_runs(runs: dict[str, Any]) -> dict[str, list[Any]]:
+    """Runs grouped by their name without the ``-seedN`` suffix (e.g. ``gamma0.5``)."""
+    groups: dict[str, list[Any]] = {}
+    for name, run in runs.items():
+        groups.setdefault(name.rsplit("-seed", 1)[0], []).append(run)
+    return groups
+
+
+def _window_means(frames: list[pd.DataFrame], metric: str, window: int) -> tuple[np.ndarray, np.ndarray]:
+    first = np.array([frame[metric].head(window).mean() for frame in frames])
+    last = np.array([frame[metric].tail(window).mean() for frame in frames])
+    return first, last
+
+
+def summary_table(folder: str | Path, metrics: Sequence[str] = ("sampler/success_rate",), *, window: int = WINDOW) -> pd.DataFrame:
+    """Per group of seeds: mean and standard deviation over seeds of each metric's first-``window``
+    and last-``window`` step averages, and the number of seeds."""
+    rows = []
+    for group, frames in group_runs(load_study(folder)).items():
+        row: dict[str, Any] = {"run": group, "seeds": len(frames)}
+        for metric in metrics:
+            short = metric.split("/")[-1]
+            first, last = _window_means(frames, metric, window)
+            row.update({f"{short} first": first.mean(), f"{short} last": last.mean(), f"{short} last std": last.std()})
+            row[f"{short} gain"] = (last - first).mean()
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("run")
+
+
+def rerun_matches(run_dir: str | Path, scratch: str | Path) -> list[str]:
+    """Rerun a saved run from its ``config.json`` into ``scratch`` and compare metrics, timings
+    aside. Returns the differences (empty when the rerun reproduced the run)."""
+    run_dir = Path(run_dir)
+    config = chz.replace(Config(**json.loads((run_dir / "config.json").read_text())), log_dir=str(scratch))
+    trainer = Trainer(config, progress=False)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    saved, fresh = _rows(run_dir / METRICS_FILE), _rows(trainer.run_dir / METRICS_FILE)
+    differences = [] if len(saved) == len(fresh) else [f"{len(saved)} saved steps, {len(fresh)} rerun"]
+    for old, new in zip(saved, fresh):
+        for key in sorted(set(old) | set(new)):
+            if not key.startswith("time/") and old.get(key) != new.get(key):
+                differences.append(f"step {old.get('step')}: {key} {old.get(key)!r} != {new.get(key)!r}")
+    return differences
