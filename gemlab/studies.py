@@ -110,7 +110,6 @@ def run_configs(configs: Iterable[Config], *, progress: bool = True) -> None:
                     while trainer.step_index < config.max_steps:
                         trainer.step()
                         bar.update(1)
-                    trainer.save_checkpoint()
                 finally:
                     trainer.close()
             for extra in (CHECKPOINTS_FILE, "warmup.jsonl"):
