@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import random
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import gem
@@ -25,9 +26,32 @@ def known_env_ids() -> list[str]:
     return sorted(ENV_REGISTRY)
 
 
+def data_set_of(env_id: str) -> str | None:
+    """The Hugging Face data set a registered env loads its questions from (``None`` for games)."""
+    return ENV_REGISTRY[env_id].kwargs.get("dataset_name")
+
+
+def has_local_copy(data_set: str) -> bool:
+    """Whether the Hugging Face caches on this machine hold ``data_set`` (no network is used)."""
+    from datasets import config as datasets_config
+    from huggingface_hub import constants
+
+    hub = Path(constants.HF_HUB_CACHE) / f"datasets--{data_set.replace('/', '--')}"
+    prepared = Path(datasets_config.HF_DATASETS_CACHE) / data_set.replace("/", "___").lower()
+    return hub.is_dir() or prepared.is_dir()
+
+
 def check_env_id(env_id: str) -> None:
-    """Fail before any work when ``env_id`` is not registered, naming the closest ids."""
+    """Fail before any work when ``env_id`` is not registered (naming the closest ids), or when it
+    needs a data set this machine does not have."""
     if env_id in ENV_REGISTRY:
+        data_set = data_set_of(env_id)
+        if data_set and not has_local_copy(data_set):
+            raise ValueError(
+                f"env_id {env_id!r} loads the data set {data_set!r} from the Hugging Face hub and this machine has "
+                "no copy of it; fetch it where there is network (datasets.load_dataset) or pick an env that needs "
+                "none (game:* or rg:*)"
+            )
         return
     close = difflib.get_close_matches(env_id, ENV_REGISTRY, n=5, cutoff=0.5)
     hint = f" Closest registered ids: {', '.join(close)}." if close else ""

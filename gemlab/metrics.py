@@ -12,6 +12,10 @@ import numpy as np
 
 from gemlab.rollout import RolloutBatch, Transition
 
+# Above this fraction of dropped episodes the episode metrics are biased (long, losing games fail
+# more often), and the trainer says so.
+DROP_RATE_WARNING = 0.05
+
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     """Return, success, turns and action length per episode; episodes dropped. Turns per won
@@ -25,6 +29,8 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
         "sampler/action_num_tokens": float(np.mean([sum(len(t.act_tokens) for t in e.transitions) for e in episodes])),
         "sampler/num_episodes": float(len(episodes)),
         "sampler/episodes_dropped": float(batch.num_dropped),
+        "sampler/drop_rate": batch.drop_rate,
+        "sampler/sample_retries": float(batch.num_retries),
     }
 
 

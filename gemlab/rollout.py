@@ -1,7 +1,11 @@
 """Multi-turn episodes of GEM games, played by a Tinker sampling client, many envs at once.
 
 One turn: observation -> template -> tokens -> ``sample_async`` -> decode -> ``env.step``.
-All envs play concurrently under ``asyncio.gather``, so a backend can batch their requests.
+All envs play concurrently under ``asyncio.gather``. ``collect_batch`` sends their requests in
+lockstep (``TurnRounds``): each turn, every live episode's request goes out together and in env
+order, so a backend that batches requests sees the same batches whatever the timing, and a run
+is reproducible bit for bit. A failed request is retried with back-off before its episode is
+dropped.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from tinker import types
 from gemlab.templates import Template
 
 SUCCESS_REWARD = 1.0  # GEM's LanguageGameReward.success_reward
+RETRY_DELAYS = (0.5, 2.0, 8.0)  # seconds before each retry of a failed sampling request
 
 
 @dataclass
@@ -60,10 +65,86 @@ class RolloutBatch:
     episodes: list[Episode]
     num_dropped: int = 0
     errors: list[str] = field(default_factory=list)
+    num_retries: int = 0
 
     @property
     def num_transitions(self) -> int:
         return sum(e.num_turns for e in self.episodes)
+
+    @property
+    def drop_rate(self) -> float:
+        """The fraction of episodes dropped: above a few percent the metrics lean towards short games."""
+        total = len(self.episodes) + self.num_dropped
+        return self.num_dropped / total if total else 0.0
+
+
+class TurnRounds:
+    """A sampling client stand-in that sends the live episodes' requests together, in env order.
+
+    Each episode's ``sample_async`` waits until every live episode has asked (or finished); then
+    all requests go out at once, ordered by env index. A request that raises is retried after
+    each of ``retry_delays`` seconds; errors that retrying cannot fix (``ValueError``,
+    ``TypeError``: bad input) are not retried.
+    """
+
+    def __init__(self, client: Any, num_live: int, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
+        self.client = client
+        self.live = num_live
+        self.retry_delays = tuple(retry_delays)
+        self.retries = 0
+        self._waiting: dict[int, tuple[dict[str, Any], asyncio.Future]] = {}
+
+    def for_env(self, index: int) -> Any:
+        """The client that env ``index``'s episode samples through."""
+        rounds = self
+
+        class _Client:
+            async def sample_async(self, **request: Any) -> Any:
+                return await rounds.sample(index, request)
+
+        return _Client()
+
+    async def sample(self, index: int, request: dict[str, Any]) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[index] = (request, future)
+        self._release()
+        return await future
+
+    def finished(self) -> None:
+        """An episode ended (or failed): the others no longer wait for it."""
+        self.live -= 1
+        self._release()
+
+    def _release(self) -> None:
+        if not self._waiting or len(self._waiting) < self.live:
+            return
+        waiting, self._waiting = sorted(self._waiting.items()), {}
+        for _, (request, future) in waiting:
+            asyncio.ensure_future(self._send(request)).add_done_callback(lambda task, future=future: _relay(task, future))
+
+    async def _send(self, request: dict[str, Any]) -> Any:
+        for delay in (*self.retry_delays, None):
+            try:
+                return await self.client.sample_async(**request)
+            except (ValueError, TypeError):
+                raise
+            except Exception:
+                if delay is None:
+                    raise
+                self.retries += 1
+                await asyncio.sleep(delay)
+
+
+def _relay(task: asyncio.Task, future: asyncio.Future) -> None:
+    error = None if task.cancelled() else task.exception()  # retrieved even if nobody waits any more
+    if future.done():
+        return
+    if task.cancelled():
+        future.cancel()
+    elif error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(task.result())
 
 
 def end_of_turn_ids(tokenizer: Any) -> list[int]:
@@ -143,36 +224,43 @@ async def collect_batch(
     temperature: float = 1.0,
     seed: int | None = None,
     progress: Any = None,
+    retry_delays: Sequence[float] = RETRY_DELAYS,
     group_size: int = 1,
 ) -> RolloutBatch:
     """Play rounds of one episode per env, concurrently, until at least ``min_transitions``.
 
+    Requests go out in lockstep (``TurnRounds``), retried after each of ``retry_delays``
+    seconds. An episode whose sampling still fails is dropped, as in GEM's example, but counted
+    in ``num_dropped`` with its error kept; a round in which every episode fails raises.
     With ``group_size`` > 1, each round resets consecutive envs in groups of that size with one
     seed per group, so a group plays one problem ``group_size`` times (GRPO's groups; the envs
     of a group must be identical copies, as ``make_envs(..., group_size=...)`` makes them).
-    An episode whose sampling fails is dropped, as in GEM's example, but counted in
-    ``num_dropped`` with its error kept; a round in which every episode fails raises.
     ``progress`` is an optional tqdm bar advanced by transitions.
     """
     batch = RolloutBatch(episodes=[])
     round_index = 0
     while batch.num_transitions < min_transitions:
-        coroutines = [
-            collect_episode(
-                sampling_client,
-                env,
-                tokenizer=tokenizer,
-                template=template,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=None if seed is None else request_seed(seed, round_index, index),
-                env_index=index,
-                reset_seed=None if group_size == 1 else request_seed(seed or 0, round_index, index // group_size, 2),
-                group=None if group_size == 1 else (round_index, index // group_size),
-            )
-            for index, env in enumerate(envs)
-        ]
-        results = await asyncio.gather(*coroutines, return_exceptions=True)
+        rounds = TurnRounds(sampling_client, len(envs), retry_delays)
+
+        async def play(index: int, env: Any) -> Episode:
+            try:
+                return await collect_episode(
+                    rounds.for_env(index),
+                    env,
+                    tokenizer=tokenizer,
+                    template=template,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    seed=None if seed is None else request_seed(seed, round_index, index),
+                    env_index=index,
+                    reset_seed=None if group_size == 1 else request_seed(seed or 0, round_index, index // group_size, 2),
+                    group=None if group_size == 1 else (round_index, index // group_size),
+                )
+            finally:
+                rounds.finished()
+
+        results = await asyncio.gather(*(play(i, env) for i, env in enumerate(envs)), return_exceptions=True)
+        batch.num_retries += rounds.retries
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result  # cancellation or interrupt: not a failed sample

@@ -1,32 +1,80 @@
 """Command line: ``python -m gemlab.train [preset=laptop] key=value ...``.
 
 Trains to ``max_steps`` (resuming if the run folder has a checkpoint), then writes the run's
-learning curve and diagnostics as PNGs next to its ``metrics.jsonl``.
+learning curve and diagnostics as PNGs next to its ``metrics.jsonl``. Bad input is one line and
+exit status 2; Ctrl-C or SIGTERM finishes or rolls back the step in flight, saves a checkpoint
+and prints how to resume (exit 130 or 143).
 """
 
 from __future__ import annotations
 
+import shlex
+import signal
 import sys
+import warnings
+from typing import Any
 
 import matplotlib
 
 from gemlab.backend import BackendError
-from gemlab.config import config_from_argv
-from gemlab.training import Trainer
+from gemlab.config import config_from_argv, help_text
+from gemlab.training import Interrupted, Trainer, TrainingDiverged
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops waiting
+    raise Interrupted(signal.Signals(signum).name)
 
 
 def main(argv: list[str] | None = None) -> int:
-    matplotlib.use("Agg")
-    from gemlab import plots
-
+    args = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help", "help") for arg in args):
+        print(help_text())
+        return 0
+    warnings.formatwarning = lambda message, category, *rest: f"gemlab.train: warning: {message}\n"
     try:
-        trainer = Trainer(config_from_argv(sys.argv[1:] if argv is None else argv))
-    except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback
+        trainer = Trainer(config_from_argv(args))
+    except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback, no files
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
     print(f"run folder: {trainer.run_dir}")
-    trainer.run()
+    resume = "python -m gemlab.train " + " ".join(map(shlex.quote, args))
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
+    try:
+        trainer.run()
+    except KeyboardInterrupt as interrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the checkpoint below must not be cut
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        name = str(interrupt) or "SIGINT"
+        print(f"\ngemlab.train: {name}: {_stop(trainer, resume)}", file=sys.stderr)
+        return 143 if name == "SIGTERM" else 130
+    except TrainingDiverged as error:
+        trainer.close()
+        print(f"gemlab.train: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # e.g. the sampler is down: keep what is done, say how to go on
+        print(f"gemlab.train: step {trainer.step_index} failed ({type(error).__name__}: {error}); {_stop(trainer, resume)}", file=sys.stderr)
+        return 1
     trainer.close()
+    return _plots(trainer)
+
+
+def _stop(trainer: Trainer, resume: str) -> str:
+    """Save a checkpoint if the trainer's state is consistent, close it, and say how to resume."""
+    if trainer.consistent:
+        trainer.save_checkpoint()
+        done = f"stopped after step {trainer.step_index}, checkpoint saved"
+    else:
+        done = "stopped in the middle of an update; the last checkpoint is kept"
+    trainer.close()
+    return f"{done}; resume with: {resume}"
+
+
+def _plots(trainer: Trainer) -> int:
+    matplotlib.use("Agg")
+    from gemlab import plots
+
     curve = plots.save_figure(plots.plot_learning_curve(trainer.run_dir, smoothing=5), trainer.run_dir / "learning_curve.png")
     plots.save_figure(plots.plot_diagnostics(trainer.run_dir, smoothing=5), trainer.run_dir / "diagnostics.png")
     last = trainer.history[-1]

@@ -70,17 +70,51 @@ def test_invalid_format_ends_episode_with_penalty():
     assert not episode.won
 
 
-def test_batch_reaches_min_transitions_and_counts_drops():
-    envs = make_envs("game:GuessTheNumber-v0-easy", 4, seed=1)
-    sampler = ScriptedSampler([5, 3, 8, 1], fail_on={1})
-    batch = asyncio.run(collect_batch(sampler, envs, tokenizer=TOKENIZER, template=TEMPLATE, min_transitions=10, max_tokens=16))
+def _batch(sampler, num_env, min_transitions, **kwargs):
+    envs = make_envs("game:GuessTheNumber-v0-easy", num_env, seed=1)
+    return asyncio.run(
+        collect_batch(sampler, envs, tokenizer=TOKENIZER, template=TEMPLATE, min_transitions=min_transitions, max_tokens=16, **kwargs)
+    )
+
+
+def test_failed_request_is_retried_not_dropped():
+    batch = _batch(ScriptedSampler([5, 3, 8, 1], fail_on={1}), 4, 10, retry_delays=(0,))
     assert batch.num_transitions >= 10
-    assert batch.num_dropped == 1
-    assert "sampler down on call 1" in batch.errors[0]
+    assert (batch.num_dropped, batch.num_retries, batch.drop_rate) == (0, 1, 0.0)
+
+
+def test_batch_reaches_min_transitions_and_counts_drops():
+    # env 0's first request is call 1; with one retry it is sent again as call 5 (after envs 1-3)
+    batch = _batch(ScriptedSampler([5, 3, 8, 1], fail_on={1, 5}), 4, 10, retry_delays=(0,))
+    assert batch.num_transitions >= 10
+    assert (batch.num_dropped, batch.num_retries) == (1, 1)
+    assert "sampler down on call 5" in batch.errors[0]
+    assert batch.drop_rate == 1 / (len(batch.episodes) + 1)
 
 
 def test_batch_raises_when_every_episode_fails():
-    envs = make_envs("game:GuessTheNumber-v0-easy", 2, seed=1)
-    sampler = ScriptedSampler([5], fail_on={1, 2})
+    sampler = ScriptedSampler([5], fail_on={1, 2, 3, 4})
     with pytest.raises(RuntimeError, match="every episode of a rollout round failed.*sampler down"):
-        asyncio.run(collect_batch(sampler, envs, tokenizer=TOKENIZER, template=TEMPLATE, min_transitions=4, max_tokens=16))
+        _batch(sampler, 2, 4, retry_delays=(0,))
+
+
+def test_requests_go_out_in_env_order_whatever_the_timing():
+    """Lockstep turns: the backend sees the same requests in the same order, however long each
+    answer takes, so its batches (and float rounding) do not depend on timing."""
+
+    class Slow(ScriptedSampler):
+        def __init__(self, delays):
+            super().__init__([5, 3, 8, 1, 9, 2])
+            self.delays = delays
+
+        async def sample_async(self, prompt, num_samples, sampling_params):
+            await asyncio.sleep(self.delays[self.calls % len(self.delays)])
+            return await super().sample_async(prompt, num_samples, sampling_params)
+
+    rng = np.random.default_rng(0)
+    orders = []
+    for _ in range(2):
+        sampler = Slow(list(rng.uniform(0, 0.01, size=7)))
+        _batch(sampler, 4, 12)
+        orders.append(sampler.prompts)
+    assert orders[0] == orders[1]

@@ -11,6 +11,7 @@ the batch (up to float rounding across batch shapes).
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -227,7 +228,7 @@ class LocalSamplingClient(SamplingClient):
                 f"max_tokens={params.max_tokens} does not fit: the prompt has {len(tokens)} tokens and "
                 f"{self._model.name}'s context holds {self._model.context_length} (1..{limit} new tokens allowed)"
             )
-        if params.temperature < 0 or not 0 < params.top_p <= 1:
+        if not math.isfinite(params.temperature) or params.temperature < 0 or not 0 < params.top_p <= 1:
             raise ValueError(f"Need temperature >= 0 and 0 < top_p <= 1, got {params.temperature} and {params.top_p}")
         stop_ids, stop_strings = self._stops(params.stop)
         request_index = next(self._requests)

@@ -9,6 +9,8 @@ the gradient of the summed loss to the adapter's gradients, which accumulate unt
 
 from __future__ import annotations
 
+import copy
+import math
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +68,10 @@ class _Batch:
                         "(model_input[i] predicts target_tokens[i])"
                     )
                 tensors[key] = tensor.long() if key == "target_tokens" else tensor.float()
+                if key != "target_tokens" and not bool(torch.isfinite(tensors[key]).all()):
+                    position = int((~torch.isfinite(tensors[key])).nonzero()[0, 0])
+                    value = float(tensors[key][position])
+                    raise ValueError(f"data[{index}].loss_fn_inputs[{key!r}][{position}] is {value}: values must be finite")
             bad = [t for t in tokens + tensors["target_tokens"].tolist() if not 0 <= t < vocab_size]
             if bad:
                 raise ValueError(f"data[{index}] has token ids {bad[:5]} outside the vocabulary (0..{vocab_size - 1})")
@@ -179,6 +185,7 @@ class LocalTrainingClient(TrainingClient):
         params = optim_params if optim_params is not None else adam_params
         if not isinstance(params, types.AdamParams):
             raise TypeError(f"The local backend's optimizer is AdamW: pass tinker.types.AdamParams, got {params!r}")
+        _check_adam(params)
         return run_in_order(lambda: self._step(params))
 
     async def optim_step_async(
@@ -408,6 +415,9 @@ class LocalTrainingClient(TrainingClient):
             if grads
             else torch.tensor(0.0)
         )
+        if not bool(torch.isfinite(norm)):
+            self._optimizer.zero_grad(set_to_none=True)
+            raise ValueError(f"The gradient norm is {float(norm)}: optimizer step refused, weights unchanged (check the loss inputs)")
         if params.grad_clip_norm > 0 and grads:
             torch.nn.utils.clip_grad_norm_(self._params, params.grad_clip_norm)
         for group in self._optimizer.param_groups:
@@ -417,8 +427,18 @@ class LocalTrainingClient(TrainingClient):
                 eps=params.eps,
                 weight_decay=params.weight_decay,
             )
+        before = ([p.detach().clone() for p in self._params], copy.deepcopy(self._optimizer.state_dict()))
         self._optimizer.step()
         self._optimizer.zero_grad(set_to_none=True)
+        if not all(bool(torch.isfinite(p).all()) for p in self._params):
+            with torch.no_grad():
+                for p, saved in zip(self._params, before[0]):
+                    p.copy_(saved)
+            self._optimizer.load_state_dict(before[1])
+            raise ValueError(
+                f"This optimizer step (learning_rate={params.learning_rate}) would make the weights non-finite: "
+                "refused, weights and optimizer state unchanged"
+            )
         self._steps += 1
         return types.OptimStepResponse(
             metrics={"grad_norm:mean": float(norm), "learning_rate:mean": params.learning_rate}
@@ -481,6 +501,22 @@ class LocalTrainingClient(TrainingClient):
             owns_adapter=not inflight,
             keep_alive=self if inflight else None,
         )
+
+
+def _check_adam(params: types.AdamParams) -> None:
+    """Refuse settings that would write NaN or inf into the weights."""
+    checks = {
+        "learning_rate": params.learning_rate >= 0,
+        "beta1": 0 <= params.beta1 < 1,
+        "beta2": 0 <= params.beta2 < 1,
+        "eps": params.eps > 0,
+        "weight_decay": params.weight_decay >= 0,
+        "grad_clip_norm": params.grad_clip_norm >= 0,
+    }
+    for name, ok in checks.items():
+        value = getattr(params, name)
+        if not (ok and math.isfinite(value)):
+            raise ValueError(f"AdamParams.{name}={value} is not allowed: it must be finite and in range")
 
 
 def check_compatible(meta: dict[str, Any], model: LoadedModel, spec: lora.LoraSpec | None = None) -> None:
