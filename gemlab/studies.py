@@ -27,6 +27,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from gemlab.config import Config, make_config
+from gemlab.run_folder import CONFIG_FILE
 from gemlab.training import CHECKPOINTS_FILE, METRICS_FILE, Trainer
 from gemlab.variants import GUESS_20, PRODUCTS_1DIGIT
 
@@ -35,9 +36,10 @@ SEEDS = (0, 1, 2)
 STEPS = 40  # per run; the whole regeneration's time is in the README and notebook 08
 WINDOW = 10  # first-10 / last-10 steps in the tables
 GAMMAS = (0.5, 0.9, 1.0)
+KEEP = (CONFIG_FILE, METRICS_FILE)  # what a finished run folder holds
 # Shared by every run: the laptop preset (gemlab/tiny family, lr 2e-3, LoRA rank 8) at batch 64.
 COMMON: dict[str, Any] = dict(batch_size=64, save_every=10)
-GAMMA_SETTING: dict[str, Any] = dict(model_name="gemlab/tiny-guess20", env_id=GUESS_20, num_env=16)
+GAMMA_SETTING: dict[str, Any] = dict(model_name="gemlab/tiny-guess20", env_id=GUESS_20, num_env=8)
 ENVIRONMENTS: dict[str, dict[str, Any]] = {
     "guess": dict(model_name="gemlab/tiny", env_id="game:GuessTheNumber-v0-easy", num_env=32),
     "products": dict(model_name="gemlab/tiny-products", env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
@@ -57,7 +59,8 @@ METHOD_LABELS = {
 
 
 def study_configs(study: str, root: str | Path = "data/figures", *, steps: int = STEPS, seeds: Sequence[int] = SEEDS) -> list[Config]:
-    """Every run of ``study`` as a ``Config`` whose run folder is ``<root>/<study>/<run>``."""
+    """Every run of ``study`` as a ``Config`` whose run folder is ``<root>/<study>/<run>``, seed by
+    seed (so a partial regeneration already compares every setting on the first seeds)."""
     if study not in STUDIES:
         raise ValueError(f"Unknown study {study!r}. Known studies: {', '.join(STUDIES)}")
     log_dir = str(Path(root) / study)
@@ -65,14 +68,14 @@ def study_configs(study: str, root: str | Path = "data/figures", *, steps: int =
     if study == "gamma":
         return [
             make_config("laptop", **base, **GAMMA_SETTING, gamma=gamma, seed=seed, run_name=f"gamma{gamma}-seed{seed}")
-            for gamma in GAMMAS
             for seed in seeds
+            for gamma in GAMMAS
         ]
     return [
         make_config("laptop", **base, **setting, **METHODS[method], seed=seed, run_name=f"{env}-{method}-seed{seed}")
+        for seed in seeds
         for env, setting in ENVIRONMENTS.items()
         for method in METHODS
-        for seed in seeds
     ]
 
 
@@ -112,8 +115,9 @@ def run_configs(configs: Iterable[Config], *, progress: bool = True) -> None:
                         bar.update(1)
                 finally:
                     trainer.close()
-            for extra in (CHECKPOINTS_FILE, "warmup.jsonl"):
-                (run_dir / extra).unlink(missing_ok=True)
+            for extra in run_dir.iterdir():  # checkpoints (and their list) are only for resuming
+                if extra.name not in KEEP:
+                    shutil.rmtree(extra) if extra.is_dir() else extra.unlink()
 
 
 def load_study(folder: str | Path) -> dict[str, pd.DataFrame]:
