@@ -175,3 +175,42 @@ def rerun_matches(run_dir: str | Path, scratch: str | Path) -> list[str]:
             if not key.startswith("time/") and old.get(key) != new.get(key):
                 differences.append(f"step {old.get('step')}: {key} {old.get(key)!r} != {new.get(key)!r}")
     return differences
+
+
+def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
+    """Success rate and turns per won episode per gamma (mean and one-std band over seeds), with
+    the exact turns of binary search and of the random consistent player as horizontal lines."""
+    import matplotlib.pyplot as plt
+
+    from gemlab import plots
+    from gemlab.guessing import binary_search, random_consistent
+
+    groups = group_runs(load_study(folder))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True)
+    plots.plot_seed_bands(groups, "sampler/success_rate", smoothing=smoothing, ax=axes[0])
+    axes[0].set_ylim(0, 1.02)
+    plots.plot_seed_bands(groups, "sampler/num_turns_per_won_episode", smoothing=smoothing, ax=axes[1])
+    for player, style in ((binary_search, "--"), (random_consistent, ":")):
+        turns = float(player(20, 20).turns_when_won)
+        axes[1].axhline(turns, color="black", ls=style, lw=1.2, label=f"{player.__name__.replace('_', ' ')}: {turns:.2f}")
+    axes[1].legend()
+    fig.suptitle("GuessTheNumber 1-20 (20 turns), REINFORCE + ReBN: the discount factor")
+    return fig
+
+
+def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
+    """Success rate per method (mean and one-std band over seeds), one panel per environment."""
+    import matplotlib.pyplot as plt
+
+    from gemlab import plots
+
+    groups = group_runs(load_study(folder))
+    envs = [env for env in ENVIRONMENTS if any(name.startswith(f"{env}-") for name in groups)]
+    fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4.5), constrained_layout=True, squeeze=False)
+    titles = {"guess": "GuessTheNumber 1-10 (multi-turn)", "products": "rg:products-1digit (single-turn)"}
+    for ax, env in zip(axes[0], envs):
+        mine = {METHOD_LABELS[name.split("-", 1)[1]]: runs for name, runs in groups.items() if name.startswith(f"{env}-")}
+        plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=titles[env])
+        ax.set_ylim(0, 1.02)
+    fig.suptitle("Algorithm comparison at laptop scale")
+    return fig

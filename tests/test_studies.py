@@ -122,3 +122,16 @@ def test_summary_table_averages_windows_over_seeds(tmp_path):
     assert row["success_rate last"] == pytest.approx(0.65)  # (0.8 + 0.5) / 2
     assert row["success_rate last std"] == pytest.approx(0.15)
     assert row["success_rate gain"] == pytest.approx(0.5)
+
+
+def test_a_study_run_reruns_from_its_config_json_with_the_same_metrics(tmp_path):
+    from gemlab.train import main
+
+    config = chz.replace(study_configs("algorithms", tmp_path / "data", steps=2, seeds=[0])[2], batch_size=16, num_env=8)
+    assert config.normalization == "grpo"  # grouped envs and per-episode advantages, the most state to replay
+    run_configs([config], progress=False)
+    saved = tmp_path / "data" / "algorithms" / config.run_name
+    assert main([f"config={saved / 'config.json'}", f"log_dir={tmp_path / 'again'}"]) == 0
+    again = _rows(tmp_path / "again" / config.run_name / "metrics.jsonl")
+    assert _untimed(again) == _untimed(_rows(saved / "metrics.jsonl"))
+    assert main([f"config={tmp_path / 'missing.json'}"]) == 2
