@@ -21,7 +21,6 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-import chz
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
@@ -156,25 +155,6 @@ def summary_table(folder: str | Path, metrics: Sequence[str] = ("sampler/success
             row[f"{short} gain"] = (last - first).mean()
         rows.append(row)
     return pd.DataFrame(rows).set_index("run")
-
-
-def rerun_matches(run_dir: str | Path, scratch: str | Path) -> list[str]:
-    """Rerun a saved run from its ``config.json`` into ``scratch`` and compare metrics, timings
-    aside. Returns the differences (empty when the rerun reproduced the run)."""
-    run_dir = Path(run_dir)
-    config = chz.replace(Config(**json.loads((run_dir / "config.json").read_text())), log_dir=str(scratch))
-    trainer = Trainer(config, progress=False)
-    try:
-        trainer.run()
-    finally:
-        trainer.close()
-    saved, fresh = _rows(run_dir / METRICS_FILE), _rows(trainer.run_dir / METRICS_FILE)
-    differences = [] if len(saved) == len(fresh) else [f"{len(saved)} saved steps, {len(fresh)} rerun"]
-    for old, new in zip(saved, fresh):
-        for key in sorted(set(old) | set(new)):
-            if not key.startswith("time/") and old.get(key) != new.get(key):
-                differences.append(f"step {old.get('step')}: {key} {old.get(key)!r} != {new.get(key)!r}")
-    return differences
 
 
 def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
