@@ -120,12 +120,18 @@ def run_configs(configs: Iterable[Config], *, progress: bool = True) -> None:
 
 
 def load_study(folder: str | Path) -> dict[str, pd.DataFrame]:
-    """Every run of a study folder: run name -> its metrics, one row per step."""
+    """Every finished run of a study folder (``max_steps`` rows, per its ``config.json``): run
+    name -> its metrics, one row per step. Unfinished runs are left out, so that a study that is
+    still being regenerated compares only runs of the same length."""
     folder = Path(folder)
-    runs = sorted(path.parent for path in folder.glob(f"*/{METRICS_FILE}"))
+    runs = {}
+    for path in sorted(folder.glob(f"*/{METRICS_FILE}")):
+        frame = pd.read_json(path, lines=True)
+        if len(frame) >= json.loads((path.parent / CONFIG_FILE).read_text())["max_steps"]:
+            runs[path.parent.name] = frame
     if not runs:
-        raise FileNotFoundError(f"no runs under {folder}: run `python benchmarks/reproduce_gem.py` first")
-    return {run.name: pd.read_json(run / METRICS_FILE, lines=True) for run in runs}
+        raise FileNotFoundError(f"no finished runs under {folder}: run `python benchmarks/reproduce_gem.py` first")
+    return runs
 
 
 def group_runs(runs: dict[str, Any]) -> dict[str, list[Any]]:

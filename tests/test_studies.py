@@ -110,9 +110,10 @@ def test_runner_resumes_an_interrupted_run_and_skips_finished_ones(tmp_path):
 
 
 def test_summary_table_averages_windows_over_seeds(tmp_path):
-    for seed, successes in enumerate(([0.0, 0.2, 0.6, 1.0], [0.2, 0.2, 0.4, 0.6])):
+    for seed, successes in enumerate(([0.0, 0.2, 0.6, 1.0], [0.2, 0.2, 0.4, 0.6], [0.5, 0.5])):  # seed 2 unfinished
         run = tmp_path / f"rebn-seed{seed}"
         run.mkdir()
+        (run / "config.json").write_text(json.dumps({"max_steps": 4}))
         (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "sampler/success_rate": s}) + "\n" for i, s in enumerate(successes)))
     assert sorted(group_runs({"rebn-seed0": 1, "rebn-seed1": 2, "none-seed0": 3})) == ["none", "rebn"]
     table = summary_table(tmp_path, window=2)
