@@ -8,3 +8,9 @@ anything else (``GEMLAB_QUICK=0 pytest --nbmake notebooks/``) to execute them at
 import os
 
 os.environ.setdefault("GEMLAB_QUICK", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the browser tests last: Playwright's sync API keeps an event loop on the main thread
+    for the whole session, so a test calling ``asyncio.run`` after them would fail."""
+    items.sort(key=lambda item: "tests/browser/" in item.nodeid.replace("\\", "/"))

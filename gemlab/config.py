@@ -26,6 +26,7 @@ POLICY_LOSSES: dict[str, tuple[str, ...]] = {
     "ppo": ("clip_low_threshold", "clip_high_threshold"),
     "cispo": ("clip_low_threshold", "clip_high_threshold"),
     "dro": ("beta",),
+    "stable_reinforce": (),  # tinker-cookbook's default; locally the same as importance_sampling
 }
 
 

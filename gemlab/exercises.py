@@ -5,7 +5,9 @@ the next cell calls ``check_<name>(their_function)``, which runs it on several c
 gemlab's own implementation and
 
 * prints one pass line and returns the learner's function when every case matches,
-* raises ``AssertionError`` with a readable diff (inputs, expected, got) when one does not,
+* raises :class:`CheckFailed` (an ``AssertionError``) with a readable diff (inputs, expected,
+  got) when one does not; Jupyter shows just that message, not a traceback, and the cell still
+  fails (so nbmake and tests see it),
 * when the stub is still unattempted (it raises ``NotImplementedError``), says so and returns the
   reference solution from :mod:`gemlab.solutions`, so the rest of the notebook still runs.
 
@@ -30,6 +32,19 @@ TOLERANCE = 1e-6
 
 class _Unattempted(Exception):
     """The learner's stub raised NotImplementedError."""
+
+
+class CheckFailed(AssertionError):
+    """A wrong answer to an exercise. IPython shows only the message (via
+    ``_render_traceback_``): the traceback would point into gemlab, not at the learner's bug."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[1;31m✗ {self.name}: not yet.\x1b[0m", *self.message.splitlines()]
 
 
 # ----- shared machinery -----------------------------------------------------------------------
@@ -114,14 +129,18 @@ def _run_check(name: str, fn: Callable[..., Any], body: Callable[[Callable[..., 
     """Run ``body`` (which raises AssertionError on a wrong answer and returns a pass message)."""
     try:
         message = body(fn)
+    except CheckFailed:
+        raise
+    except AssertionError as error:
+        raise CheckFailed(name, str(error)) from None
     except _Unattempted:
         print(
-            f"⏭  {name}: not attempted yet (the stub raises NotImplementedError).\n"
+            f"○ {name}: not attempted yet (the stub raises NotImplementedError).\n"
             f"   Using the reference solution gemlab.solutions.{name} so the rest of the notebook runs.\n"
             f"   Write your version in the cell above and re-run both cells to check it."
         )
         return getattr(solutions, name)
-    print(f"✅ {name}: {message}")
+    print(f"✓ {name}: {message}")
     return fn
 
 

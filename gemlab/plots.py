@@ -27,6 +27,8 @@ LABELS = {
     "train/loss:sum": "importance-sampling loss (sum)",
     "time/step": "wall time per step (s)",
 }
+#: The smallest y-range of a KL panel (nats): float noise of 1e-6 stays a flat line at 0.
+KL_MIN_SPAN = 0.01
 
 
 def load_metrics(run: Run) -> pd.DataFrame:
@@ -105,9 +107,20 @@ def plot_diagnostics(run: Run, *, smoothing: int = 1, title: str | None = None) 
         ax.plot(df["step"], smooth(df[metric], smoothing), lw=2, label=metric.split("_")[-1])
     _label(ax, "train/kl_sample_train_v1", "sample-vs-train KL (0 = on-policy)", smoothing)
     ax.set_ylabel("KL estimate (nats)")
+    floor_y_span(ax, KL_MIN_SPAN)
     ax.legend()
     fig.suptitle(title or "Training diagnostics")
     return fig
+
+
+def floor_y_span(ax: plt.Axes, min_span: float) -> None:
+    """Widen the y-range to at least ``min_span`` around the data (and 0), so autoscaling does not
+    magnify rounding noise into something that looks like a signal."""
+    low, high = ax.get_ylim()
+    if high - low < min_span:
+        middle = 0.0 if low <= 0.0 <= high else (low + high) / 2
+        ax.set_ylim(min(low, middle - min_span / 2), max(high, middle + min_span / 2))
+    ax.ticklabel_format(axis="y", useOffset=False)
 
 
 def save_figure(fig_or_ax: plt.Figure | plt.Axes, path: str | Path, dpi: int = 120) -> Path:

@@ -194,7 +194,7 @@ async def collect_episode(
             sampling_params=sampling_params(tokenizer, max_tokens, temperature, turn_seed),
         )
         sequence = response.sequences[0]
-        action = tokenizer.decode(sequence.tokens, skip_special_tokens=True)
+        action = tokenizer.decode(sequence.tokens)  # as GEM: special tokens stay (e.g. a final <|im_end|>)
         next_observation, reward, terminated, truncated, _ = env.step(action)
         done = bool(terminated or truncated)
         episode.transitions.append(
@@ -224,13 +224,13 @@ async def collect_batch(
     temperature: float = 1.0,
     seed: int | None = None,
     progress: Any = None,
-    retry_delays: Sequence[float] = RETRY_DELAYS,
+    retry_delays: Sequence[float] | None = None,
     group_size: int = 1,
 ) -> RolloutBatch:
     """Play rounds of one episode per env, concurrently, until at least ``min_transitions``.
 
     Requests go out in lockstep (``TurnRounds``), retried after each of ``retry_delays``
-    seconds. An episode whose sampling still fails is dropped, as in GEM's example, but counted
+    seconds (default ``RETRY_DELAYS``). An episode whose sampling still fails is dropped, as in GEM's example, but counted
     in ``num_dropped`` with its error kept; a round in which every episode fails raises.
     With ``group_size`` > 1, each round resets consecutive envs in groups of that size with one
     seed per group, so a group plays one problem ``group_size`` times (GRPO's groups; the envs
@@ -240,7 +240,7 @@ async def collect_batch(
     batch = RolloutBatch(episodes=[])
     round_index = 0
     while batch.num_transitions < min_transitions:
-        rounds = TurnRounds(sampling_client, len(envs), retry_delays)
+        rounds = TurnRounds(sampling_client, len(envs), RETRY_DELAYS if retry_delays is None else retry_delays)
 
         async def play(index: int, env: Any) -> Episode:
             try:

@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback, no files
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
-    print(f"run folder: {trainer.run_dir}")
+    config = trainer.config
+    loss = config.loss_fn + "".join(f" {k}={v}" for k, v in (config.loss_fn_config or {}).items())
+    print(f"run folder: {trainer.run_dir} | loss: {loss}")
     resume = "python -m gemlab.train " + " ".join(map(shlex.quote, args))
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
@@ -75,10 +77,15 @@ def _plots(trainer: Trainer) -> int:
     matplotlib.use("Agg")
     from gemlab import plots
 
+    config = trainer.config
     curve = plots.save_figure(plots.plot_learning_curve(trainer.run_dir, smoothing=5), trainer.run_dir / "learning_curve.png")
-    plots.save_figure(plots.plot_diagnostics(trainer.run_dir, smoothing=5), trainer.run_dir / "diagnostics.png")
+    diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"Training diagnostics ({config.loss_fn} loss)")
+    plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
     last = trainer.history[-1]
-    print(f"done: {len(trainer.history)} steps, last success rate {last['sampler/success_rate']:.2f}; learning curve: {curve}")
+    print(
+        f"done: {len(trainer.history)} steps with the {config.loss_fn} loss, last success rate {last['sampler/success_rate']:.2f}, "
+        f"last {config.loss_fn} loss (train/loss:sum) {last['train/loss:sum']:.3f}; learning curve: {curve}"
+    )
     return 0
 
 

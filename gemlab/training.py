@@ -157,7 +157,7 @@ class Trainer:
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
         self._wandb = None
         self._lock = run_folder.RunLock(self.run_dir)
-        created = not self.run_dir.exists()
+        created = next((p for p in reversed((self.run_dir, *self.run_dir.parents)) if not p.exists()), None)
         if service_client is None:
             service_client = self._default_service_client()  # a missing Tinker key fails before any file
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -183,8 +183,8 @@ class Trainer:
             self._resume()
         except BaseException:
             self._lock.release()
-            if created:
-                shutil.rmtree(self.run_dir, ignore_errors=True)
+            if created is not None:  # bad input leaves no files: remove what this call made
+                shutil.rmtree(created, ignore_errors=True)
             raise
         if changes:
             run_folder.append_row(self.run_dir / run_folder.CONFIG_CHANGES_FILE, {"step": self.step_index, "changes": changes})

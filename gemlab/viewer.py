@@ -214,12 +214,29 @@ def _reward_badge(reward: float) -> str:
 
 
 def _outcome(episode: Episode) -> tuple[str, str]:
+    """The episode's state in words and a color: in progress, won, lost, or ended invalid."""
+    if not episode.transitions:
+        return "not started", "#777"
+    last = episode.transitions[-1]
+    if not last.done:
+        return "in progress", "#1565c0"
     if episode.won:
         return "won", "#1b7f3b"
-    last = episode.transitions[-1].reward if episode.transitions else 0.0
-    if last < 0:
+    if last.reward < 0:
         return "ended by an invalid action", "#c62828"
     return "lost", "#b26a00"
+
+
+# One row of the episode viewer is a wrapping flex box, not a table: JupyterLab's table styles
+# right-align cells and squeeze columns, and a flex row wraps its columns below each other in a
+# narrow window instead of breaking words. The header row uses the same boxes, so it wraps alike.
+_ROW = "display:flex; flex-wrap:wrap; gap:4px 8px; align-items:flex-start; text-align:left; padding:4px 0;"
+_COLUMNS = ("flex:0 0 56px;", "flex:3 1 320px; min-width:0;", "flex:2 1 220px; min-width:0;", "flex:0 0 110px;")
+_PRE = "white-space:pre-wrap; overflow-wrap:break-word; word-break:normal; text-align:left; margin:0; padding:6px; border-radius:4px; font-size:12px; line-height:1.45;"
+
+
+def _row(cells: Sequence[str], extra: str = "") -> str:
+    return f'<div style="{_ROW}{extra}">' + "".join(f'<div style="{style}">{cell}</div>' for style, cell in zip(_COLUMNS, cells)) + "</div>"
 
 
 def episode_html(
@@ -238,13 +255,13 @@ def episode_html(
     """
     rewards = [t.reward for t in episode.transitions]
     returns = discounted_returns(rewards, gamma) if gamma is not None else None
-    outcome, color = _outcome(episode) if episode.transitions else ("empty", "#777")
+    outcome, color = _outcome(episode)
     header = (
-        f'<div style="margin-bottom:6px"><b>{_esc(title or f"Episode (env {episode.env_index})")}</b> — '
-        f'<span style="color:{color}; font-weight:700">{outcome}</span> in {episode.num_turns} turn(s), '
+        f'<div style="margin-bottom:6px; text-align:left"><b>{_esc(title or f"Episode (env {episode.env_index})")}</b> — '
+        f'<span style="color:{color}; font-weight:700">{outcome}</span> after {episode.num_turns} turn(s), '
         f"total reward <b>{episode.total_reward:+.3g}</b></div>"
     )
-    rows = []
+    rows = [_row(["", "observation (new text)", "action", "reward"], "font-weight:700; border-bottom:1px solid #ccc;")]
     previous = ""
     done_note = '<div style="color:#666; font-size:11px">episode ends</div>'
     for index, transition in enumerate(episode.transitions):
@@ -255,7 +272,7 @@ def episode_html(
             new = new[: max_chars // 2] + f"\n… ({len(new) - max_chars} characters cut) …\n" + new[-max_chars // 2 :]
         folded = (
             f'<details style="color:#777"><summary style="cursor:pointer">history ({old.count(chr(10))} lines)</summary>'
-            f'<pre style="white-space:pre-wrap; margin:0">{_esc(old)}</pre></details>'
+            f'<pre style="{_PRE} padding:2px 0">{_esc(old)}</pre></details>'
             if old
             else ""
         )
@@ -268,29 +285,26 @@ def episode_html(
         if returns is not None:
             notes.append(f"G<sub>{index}</sub> = {returns[index]:+.3f}")
         rows.append(
-            "<tr>"
-            f'<td style="vertical-align:top; font-weight:700; padding:4px 8px; white-space:nowrap">turn {index}</td>'
-            '<td style="vertical-align:top; padding:4px; width:55%">'
-            f'{folded}<pre style="white-space:pre-wrap; margin:0; background:#f3f3f3; color:#111; padding:6px; border-radius:4px">{_esc(new)}</pre></td>'
-            '<td style="vertical-align:top; padding:4px; width:30%">'
-            f'<pre style="white-space:pre-wrap; margin:0; background:#e3f0ff; color:#0b3d91; padding:6px; border-radius:4px; border-left:3px solid #1565c0">{_esc(action)}</pre>'
-            f'<div style="color:#666; font-size:11px">{" · ".join(notes)}</div></td>'
-            f'<td style="vertical-align:top; padding:6px">{_reward_badge(transition.reward)}{done_note if transition.done else ""}</td>'
-            "</tr>"
+            _row(
+                [
+                    f'<b style="white-space:nowrap">turn {index}</b>',
+                    f'{folded}<pre style="{_PRE} background:#f3f3f3; color:#111">{_esc(new)}</pre>',
+                    f'<pre style="{_PRE} background:#e3f0ff; color:#0b3d91; border-left:3px solid #1565c0">{_esc(action)}</pre>'
+                    f'<div style="color:#666; font-size:11px">{" · ".join(notes)}</div>',
+                    _reward_badge(transition.reward) + (done_note if transition.done else ""),
+                ],
+                "border-top:1px solid #eee;",
+            )
         )
-    table = (
-        '<table style="border-collapse:collapse; width:100%; font-size:12.5px">'
-        '<tr style="border-bottom:1px solid #ccc; text-align:left"><th></th><th>observation (new text)</th><th>action</th><th>reward</th></tr>'
-        f'{"".join(rows)}</table>'
-    )
-    return Html(f'<div style="border:1px solid #ccc; border-radius:6px; padding:8px; margin:4px 0">{header}{table}</div>')
+    body = "".join(rows)
+    return Html(f'<div style="border:1px solid #ccc; border-radius:6px; padding:8px; margin:4px 0; font-size:12.5px; text-align:left">{header}{body}</div>')
 
 
 def episodes_html(episodes: Sequence[Episode], *, limit: int = 8, gamma: float | None = None, open_first: bool = True) -> Html:
     """Several episodes, each folded under a one-line summary (the first one open)."""
     parts = []
     for index, episode in enumerate(episodes[:limit]):
-        outcome, color = _outcome(episode) if episode.transitions else ("empty", "#777")
+        outcome, color = _outcome(episode)
         summary = (
             f"episode {index} (env {episode.env_index}): "
             f'<span style="color:{color}; font-weight:700">{outcome}</span>, '
@@ -300,6 +314,16 @@ def episodes_html(episodes: Sequence[Episode], *, limit: int = 8, gamma: float |
         parts.append(f'<details{" open" if open_first and index == 0 else ""}><summary style="cursor:pointer">{summary}</summary>{body}</details>')
     more = f'<div style="color:#666">… and {len(episodes) - limit} more episodes</div>' if len(episodes) > limit else ""
     return Html("".join(parts) + more)
+
+
+def side_by_side(blocks: Mapping[str, Html | str], *, min_width: int = 380) -> Html:
+    """Blocks (episode viewers, token views) next to each other under their names; in a window
+    too narrow for two columns of ``min_width`` pixels they stack."""
+    columns = "".join(
+        f'<div style="flex:1 1 {min_width}px; min-width:0; text-align:left"><div style="font-weight:700; font-size:14px; margin:2px 0 4px">{_esc(name)}</div>{block}</div>'
+        for name, block in blocks.items()
+    )
+    return Html(f'<div style="display:flex; flex-wrap:wrap; gap:12px; align-items:flex-start">{columns}</div>')
 
 
 def episode_table(episodes: Sequence[Episode]) -> pd.DataFrame:
@@ -363,12 +387,20 @@ def datum_html(datum: Any, tokenizer: Any, *, title: str | None = None) -> Html:
     return render_tokens(targets, tokenizer, values=per_token, value_name=name, mask=mask, title=title)
 
 
-def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 12, title: str | None = None) -> Any:
-    """Draw a datum's per-token advantage (or weight): the whole datum, then a zoom on its end.
+def _tick_label(position: int, text: str, limit: int = 28) -> str:
+    """``"59  \\boxed{"``: a position and its token's text (newlines as ``\\n``), cut to ``limit`` characters."""
+    shown = text.replace("\n", "\\n").replace("\t", "\\t")
+    shown = shown if shown.strip() else repr(text)
+    return f"{position}  {shown if len(shown) <= limit else shown[: limit - 1] + '…'}"
 
-    The top panel shows which positions are trained over the whole sequence (the prompt is long,
-    the action short); the bottom one zooms on the last ``context`` prompt positions and the
-    action, with the target tokens as labels when ``tokenizer`` is given. Returns the figure.
+
+def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 8, title: str | None = None) -> Any:
+    """Draw a datum's per-token advantage (or weight): a strip of the whole datum, then its end.
+
+    The top strip shows which positions are trained over the whole sequence (the prompt is long,
+    the action short). Below, one horizontal bar per position for the last ``context`` prompt
+    positions and every action position, labelled with the target token when ``tokenizer`` is
+    given (long tokens are cut), read top to bottom like the text. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
@@ -377,40 +409,50 @@ def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 12, title: s
     values = np.asarray(fields[name], dtype=float)
     trained = np.flatnonzero(values != 0.0)
     first = int(trained[0]) if trained.size else len(values)
-    positions = np.arange(len(values))
-    ylabel = "advantage A" if name == "advantages" else "loss weight"
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.2), constrained_layout=True, gridspec_kw={"height_ratios": [1, 2]})
-
-    top.fill_between(positions, (values != 0).astype(float), step="mid", color="#1565c0", alpha=0.6)
-    top.set_xlim(-0.5, len(values) - 0.5)
-    top.set_yticks([0, 1], ["prompt", "action"])
-    top.set_ylabel("target is")
-    top.set_xlabel("position in the datum (target token index)")
-    top.set_title(f"Whole datum: {len(values)} positions, {trained.size} trained (the action)")
-    top.grid(alpha=0.3)
-
     start = max(0, first - context)
-    zoom = positions[start:]
-    colors = np.where(values[start:] > 0, "#2e7d32", np.where(values[start:] < 0, "#c62828", "#9e9e9e"))
-    bottom.bar(zoom, values[start:], width=0.8, color=colors)
-    bottom.axhline(0, color="#444", lw=0.8)
-    if trained.size:
-        bottom.axvspan(first - 0.5, len(values) - 0.5, color="#1565c0", alpha=0.08, label="action tokens (trained)")
-        bottom.legend(loc="best")
-    if tokenizer is not None:
-        targets = [int(t) for t in fields["target_tokens"]][start:]
-        bottom.set_xticks(zoom, [repr(t)[1:-1] for t in token_strings(targets, tokenizer)], rotation=60, ha="right", fontsize=8)
-        bottom.set_xlabel("target token (last prompt positions, then the action)")
-    else:
-        bottom.set_xlabel("position in the datum (target token index)")
-    bottom.set_ylabel(ylabel + (" (normalized return)" if name == "advantages" else ""))
-    default = (
-        "Zoom on the end: A = 0 on the prompt, the transition's advantage on every action token"
-        if name == "advantages"
-        else "Zoom on the end: weight 0 on the prompt, 1 on every answer token"
+    zoom = np.arange(start, len(values))
+    value_label = "advantage A (the transition's normalized return)" if name == "advantages" else "loss weight"
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(9, 1.9 + 0.3 * len(zoom)), constrained_layout=True, gridspec_kw={"height_ratios": [0.7, 0.3 * len(zoom)]}
     )
-    bottom.set_title(title or default)
-    bottom.grid(alpha=0.3, axis="y")
+
+    top.broken_barh([(-0.5, first)], (0, 1), color="#bdbdbd")
+    top.broken_barh([(first - 0.5, len(values) - first)], (0, 1), color="#1565c0")
+    top.text(first / 2, 0.5, f"prompt: {first} positions, not trained", ha="center", va="center", fontsize=10)
+    top.annotate(
+        f"action: {len(values) - first} trained", xy=(len(values) - 0.5, 1), xytext=(len(values) - 0.5, 1.55),
+        ha="right", va="bottom", fontsize=10, color="#1565c0", annotation_clip=False,
+    )  # fmt: skip
+    top.set_xlim(-0.5, len(values) - 0.5)
+    top.set_ylim(0, 1)
+    top.set_yticks([])
+    top.set_xlabel("position in the datum (target token index)")
+    top.set_title(f"The whole datum: {len(values)} positions", loc="left", pad=22)
+
+    colors = np.where(values[start:] > 0, "#2e7d32", np.where(values[start:] < 0, "#c62828", "#bdbdbd"))
+    rows = np.arange(len(zoom))
+    bottom.barh(rows, values[start:], color=colors, height=0.7)
+    if trained.size:
+        bottom.axhspan(first - start - 0.5, len(zoom) - 0.5, color="#1565c0", alpha=0.08)
+    bottom.axvline(0, color="#444", lw=0.8)
+    if tokenizer is not None:
+        texts = token_strings([int(t) for t in fields["target_tokens"]][start:], tokenizer)
+        labels = [_tick_label(int(p), t) for p, t in zip(zoom, texts)]
+    else:
+        labels = [str(int(p)) for p in zoom]
+    bottom.set_yticks(rows, labels, fontsize=9, fontfamily="monospace")
+    bottom.set_ylim(len(zoom) - 0.5, -0.5)  # the text reads top to bottom
+    bottom.set_xlabel(value_label)
+    bottom.set_ylabel("position and target token" if tokenizer is not None else "position")
+    limit = float(np.max(np.abs(values))) if values.size and np.max(np.abs(values)) > 0 else 1.0
+    bottom.set_xlim(-1.15 * limit, 1.15 * limit)
+    default = (
+        f"Its end: A = 0 on the prompt, A = {values[first]:+.3f} on every action token (shaded)"
+        if name == "advantages" and trained.size
+        else "Its end: weight 0 on the prompt, 1 on every answer token (shaded)"
+    )
+    bottom.set_title(title or default, loc="left", fontsize=11)
+    bottom.grid(alpha=0.3, axis="x")
     return fig
 
 
@@ -454,17 +496,21 @@ class LiveMetrics:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
 
+        from gemlab.plots import KL_MIN_SPAN, floor_y_span
+
         frame = pd.DataFrame(self.rows)
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
         for ax, metric in zip(axes[0], self.metrics):
             if metric in frame:
-                ax.plot(frame["step"], frame[metric], marker="o", lw=2)
+                ax.plot(frame["step"], frame[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
             label = self.labels.get(metric, metric)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("training step")
             ax.set_ylabel(label)
             ax.set_title(label.split(" (")[0][:1].upper() + label.split(" (")[0][1:])
             ax.grid(alpha=0.3)
+            if metric.startswith("train/kl_"):
+                floor_y_span(ax, KL_MIN_SPAN)
         fig.suptitle(f"{self.title} (after {len(self.rows)} step(s))")
         return fig
 
@@ -481,11 +527,12 @@ def metrics_table(rows: Iterable[Mapping[str, float]], columns: Sequence[str] | 
 
 # ----- playing by hand ------------------------------------------------------------------------
 class InteractiveGame:
-    """Play a GEM text game by hand in the notebook: type an action, press *Play*, and the
-    episode so far redraws in the episode viewer. *New game* resets the env.
+    """Play a GEM text game by hand in the notebook: type an action and press Enter (or *Play*);
+    the episode so far redraws in the episode viewer under a status line (in progress, won, lost).
+    *New game* resets the env; playing after the end is refused with a message.
 
     ``InteractiveGame(env).widget`` is the ipywidgets box to display; ``play(action)`` and
-    ``new_game()`` do the same as the buttons (handy in scripts and tests).
+    ``new_game()`` do the same as the widget (handy in scripts and tests).
     """
 
     def __init__(self, env: Any, *, gamma: float | None = None) -> None:
@@ -499,25 +546,42 @@ class InteractiveGame:
         self.episode = Episode()
         self.observation = ""
         self.done = False
-        self.action_box = widgets.Text(placeholder="your action, e.g. \\boxed{5}", description="Action:", layout=widgets.Layout(width="420px"))
+        # continuous_update=False: the value reaches the kernel on Enter (ipywidgets 8's way to submit)
+        self.action_box = widgets.Text(
+            placeholder="your action, e.g. \\boxed{5}, then Enter", description="Action:", continuous_update=False,
+            layout=widgets.Layout(width="420px", max_width="100%")
+        )
         self.play_button = widgets.Button(description="Play", button_style="primary")
         self.new_button = widgets.Button(description="New game")
+        self.message = widgets.HTML()
         self.output = widgets.HTML()
-        self.play_button.on_click(lambda _: self.play(self.action_box.value) if self.action_box.value else None)
+        self.action_box.observe(lambda change: self.play(change["new"]) if change["new"] else None, names="value")
+        self.play_button.on_click(lambda _: self.play(self.action_box.value))
         self.new_button.on_click(lambda _: self.new_game())
-        self.widget = widgets.VBox([widgets.HBox([self.action_box, self.play_button, self.new_button]), self.output])
+        controls = widgets.HBox([self.action_box, self.play_button, self.new_button], layout=widgets.Layout(flex_flow="row wrap"))
+        self.widget = widgets.VBox([controls, self.message, self.output])
         self.new_game()
+
+    @property
+    def status(self) -> str:
+        """"in progress", "won", "lost" or "ended by an invalid action"."""
+        return _outcome(self.episode)[0] if self.episode.transitions else "in progress"
 
     def new_game(self) -> None:
         """Reset the env and clear the episode."""
         self.observation, _ = self.env.reset()
         self.episode = Episode()
         self.done = False
-        self._draw()
+        self._draw("")
 
     def play(self, action: str) -> None:
-        """Send ``action`` to the env and record the turn (ignored once the game is over)."""
+        """Send ``action`` to the env and record the turn; refused (with a message) once the game is over."""
         if self.done:
+            self.action_box.value = ""
+            self._draw(f"The game is over ({self.status}): <b>{_esc(action)}</b> was not played. Press <b>New game</b> to play again.")
+            return
+        if not action.strip():
+            self._draw("Type an action first, e.g. <code>\\boxed{5}</code>.")
             return
         next_observation, reward, terminated, truncated, _ = self.env.step(action)
         self.done = bool(terminated or truncated)
@@ -526,15 +590,24 @@ class InteractiveGame:
         )
         self.observation = next_observation
         self.action_box.value = ""
-        self._draw()
+        self._draw("")
 
-    def _draw(self) -> None:
+    def _draw(self, message: str) -> None:
+        status, color = _outcome(self.episode) if self.episode.transitions else ("in progress", "#1565c0")
+        self.message.value = (
+            f'<div style="text-align:left">Game <b style="color:{color}">{status}</b> after {self.episode.num_turns} turn(s)'
+            + (f' — <span style="color:#c62828">{message}</span>' if message else "")
+            + "</div>"
+        )
         if self.done:
-            status = f'<div style="margin-top:6px"><b>Game over.</b> The game\'s last words: <i>{_esc(self.observation.splitlines()[-2] if self.observation.count(chr(10)) else self.observation)}</i> Press <b>New game</b> to play again.</div>'
+            # what the final observation adds, without the prompt for a guess that will never come
+            added = new_text(self.episode.transitions[-1].observation, self.observation)[1]
+            last = " ".join(line for line in added.splitlines() if line.strip() and not line.startswith("Enter your"))
+            status_html = f'<div style="margin-top:6px; text-align:left"><b>Game over.</b> The game\'s last words: <i>{_esc(last)}</i> Press <b>New game</b> to play again.</div>'
         else:
-            status = f'<pre style="white-space:pre-wrap; background:#f3f3f3; color:#111; padding:6px; border-radius:4px">{_esc(self.observation)}</pre>'
+            status_html = f'<div style="margin-top:6px; text-align:left">The game says:</div><pre style="{_PRE} background:#f3f3f3; color:#111">{_esc(self.observation)}</pre>'
         history = episode_html(self.episode, gamma=self.gamma, title="Your game so far").source if self.episode.transitions else ""
-        self.output.value = history + status
+        self.output.value = history + status_html
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)

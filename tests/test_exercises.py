@@ -83,7 +83,7 @@ def test_every_check_has_a_solution_and_wrong_answers():
 def test_reference_solution_passes_and_is_returned(name, capsys):
     solution = getattr(solutions, name)
     assert run_check(name, solution) is solution
-    assert "✅" in capsys.readouterr().out
+    assert "✓" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", sorted(exercises.CHECKS))
@@ -146,3 +146,15 @@ def test_play_policy_builds_a_text_episode():
     assert episode.won and episode.num_turns == 4
     assert [t.action for t in episode.transitions] == ["\\boxed{5}", "\\boxed{8}", "\\boxed{9}", "\\boxed{10}"]
     assert episode.transitions[-1].done and not episode.transitions[0].done
+
+
+def test_a_failed_check_shows_its_message_not_a_traceback_in_ipython(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.user_ns.update(check=exercises.check_rebn, wrong=WRONG["rebn"][0])
+    result = shell.run_cell("check(wrong)")
+    shown = capsys.readouterr().out
+    assert isinstance(result.error_in_exec, exercises.CheckFailed)  # still a failing cell
+    assert "rebn: not yet" in shown and "unbiased" in shown
+    assert "Traceback" not in shown and "exercises.py" not in shown and len(shown.splitlines()) < 15

@@ -36,6 +36,17 @@ def test_rebn_equal_returns_hit_the_guard_not_nan():
     assert not any(math.isnan(x) for x in rebn([1.0]))
 
 
+def test_rebn_of_equal_returns_is_exactly_zero_where_float32_gives_a_uniform_push():
+    import torch
+
+    for returns in ([-0.1] * 128, [0.1] * 7, [0.81] * 32):
+        assert rebn(returns) == [0.0] * len(returns)
+        as_gem = torch.tensor(returns).float()  # GEM's example: float32, torch.std
+        gem = (as_gem - as_gem.mean()) / (as_gem.std() + 1e-9)
+        if returns[0] in (-0.1, 0.1):
+            assert gem.abs().min() > 0.5  # every transition pushed the same way, from rounding alone
+
+
 def test_center_and_none():
     assert center([1.0, 2.0, 6.0]) == pytest.approx([-2.0, -1.0, 3.0])
     assert normalize([1.0, 2.0], "none") == [1.0, 2.0]

@@ -48,7 +48,7 @@ def test_episode_records_tokens_logprobs_and_rewards():
     assert episode.won == (target <= 4)
     first = episode.transitions[0]
     assert first.obs_tokens == sampler.prompts[0] == TEMPLATE.render(first.observation, TOKENIZER)
-    assert first.action == "\\boxed{1}"
+    assert first.action == "\\boxed{1}" + TOKENIZER.decode(end_of_turn_ids(TOKENIZER))  # decoded as GEM does: plainly
     assert len(first.act_logprobs) == len(first.act_tokens)
     assert [t.done for t in episode.transitions][-1] is True
     # the concat wrapper shows the earlier hints in the next prompt

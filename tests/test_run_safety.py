@@ -157,3 +157,168 @@ def test_request_stop_ends_run_after_the_step_with_a_checkpoint(tmp_path: Path) 
     trainer.close()
     assert 1 <= len(history) < SMALL["max_steps"]
     assert _rows(trainer.run_dir / "checkpoints.jsonl")[-1]["step"] == len(history)
+
+
+# ----- reproducibility ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_laptop_preset_is_reproducible_bit_for_bit_over_100_steps(tmp_path: Path) -> None:
+    """Same seed, same machine and thread count: every metric of all 100 steps is identical
+    (lockstep sampling makes the sampler's batches, hence its float rounding, timing-free)."""
+    runs = []
+    for name in ("a", "b"):
+        trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name), progress=False)
+        runs.append(_without_time(trainer.run()))
+        trainer.close()
+    assert len(runs[0]) == 100
+    assert runs[0] == runs[1]
+
+
+# ----- damaged run folders, changed configs, sampling faults ------------------------------------
+def _four_steps(tmp_path: Path) -> Path:
+    trainer = _trainer(tmp_path, "damaged")
+    for _ in range(4):
+        trainer.step()  # checkpoints at steps 2 and 4
+    trainer.close()
+    return trainer.run_dir
+
+
+def _checkpoint_folder(run: Path, step: int) -> Path:
+    return next(run.glob(f"checkpoints/*/weights/step{step:06d}"))
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_damaged_checkpoint_falls_back_to_the_one_before(tmp_path: Path, damage: str) -> None:
+    run = _four_steps(tmp_path)
+    folder = _checkpoint_folder(run, 4)
+    if damage == "truncate":
+        weights = folder / "adapter_model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+    else:
+        import shutil
+
+        shutil.rmtree(folder)
+    with pytest.warns(UserWarning, match=r"checkpoint at step 4 \(local://.*step000004\) cannot be loaded .*falling back"):
+        trainer = _trainer(tmp_path, "damaged")
+    assert trainer.step_index == 2 and len(_rows(run / "metrics.jsonl")) == 2
+    assert [line["step"] for line in _rows(run / "checkpoints.jsonl")] == [2]
+    assert not folder.exists()  # the damaged folder is cleaned away
+    trainer.close()
+
+
+def test_damaged_metrics_line_is_named_and_resume_goes_back_before_it(tmp_path: Path) -> None:
+    run = _four_steps(tmp_path)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[2] = lines[2][:40]  # step 2's row cut short
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"metrics.jsonl line 3 is damaged"):
+        trainer = _trainer(tmp_path, "damaged")
+    assert trainer.step_index == 2 and [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1]
+    trainer.close()
+
+
+def test_repeated_rows_from_an_old_restart_are_cut_back(tmp_path: Path) -> None:
+    run = _four_steps(tmp_path)
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(rows[:3] + rows) + "\n")  # steps 0 1 2 0 1 2 3
+    trainer = _trainer(tmp_path, "damaged")
+    assert trainer.step_index == 2 and [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1]
+    trainer.close()
+
+
+def test_changed_config_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    run = _four_steps(tmp_path)
+    before = {p: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"}
+    changed = make_config("laptop", log_dir=str(tmp_path), run_name="damaged", **{**SMALL, "learning_rate": 0.01, "seed": 1})
+    with pytest.raises(ValueError, match=r"different config \(learning_rate 0.002 -> 0.01, seed 0 -> 1\); .*new run_name.*allow_config_change=true"):
+        Trainer(changed, progress=False)
+    with pytest.raises(ValueError, match="different lora_rank .* choose a new run_name"):
+        Trainer(chz_replace(changed, lora_rank=4, allow_config_change=True), progress=False)
+    assert {p: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
+    trainer = Trainer(chz_replace(changed, allow_config_change=True), progress=False)
+    trainer.close()
+    assert _rows(run / "config_changes.jsonl") == [{"step": 4, "changes": {"learning_rate": [0.002, 0.01], "seed": [0, 1]}}]
+    assert json.loads((run / "config.json").read_text())["learning_rate"] == 0.01
+
+
+def chz_replace(config, **changes):
+    import chz
+
+    return chz.replace(config, **changes)
+
+
+def test_high_drop_rate_is_flagged(tmp_path: Path, monkeypatch) -> None:
+    """Requests of env 0 always fail: after the retries its episodes are dropped, counted, warned about."""
+    import gemlab.rollout
+    from gemlab.local import LocalServiceClient
+
+    monkeypatch.setattr(gemlab.rollout, "RETRY_DELAYS", (0.0,))
+
+    class EnvZeroDown(FaultyTraining):
+        async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
+            sampler = await self.client.save_weights_and_get_sampling_client_async(*args, **kwargs)
+
+            class Sampler:
+                async def sample_async(self, **request):
+                    if request["sampling_params"].seed % 8 == 0:  # about one request in eight
+                        raise ConnectionError("sampler unreachable")
+                    return await sampler.sample_async(**request)
+
+            return Sampler()
+
+    service = LocalServiceClient(root=tmp_path / "ckpt")
+    service.create_lora_training_client_async = _wrapping(service.create_lora_training_client_async, EnvZeroDown)
+    trainer = _trainer(tmp_path, "drops", service)
+    with pytest.warns(UserWarning, match=r"step 0: \d+% of episodes were dropped after sampling failures .*sampler unreachable"):
+        metrics = trainer.step()
+    trainer.close()
+    assert metrics["sampler/drop_rate"] > 0.05 and metrics["sampler/sample_retries"] > 0
+    assert metrics["sampler/episodes_dropped"] == round(metrics["sampler/drop_rate"] * (metrics["sampler/episodes_dropped"] + metrics["sampler/num_episodes"]))
+
+
+def _wrapping(create, cls):
+    async def wrapped(**kwargs):
+        return cls(await create(**kwargs), None, -1, lambda: None)
+
+    return wrapped
+
+
+def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path, monkeypatch, capsys, reference) -> None:
+    """From step 3 on every request fails, retries included: the command saves step 3's state,
+    prints one line with the resume command, exits 1; the rerun (sampler back) loses nothing."""
+    import gemlab.rollout
+    import gemlab.train
+    from gemlab.training import Trainer as RealTrainer
+
+    monkeypatch.setattr(gemlab.rollout, "RETRY_DELAYS", (0.0, 0.0))
+
+    class DownFromStep3(FaultyTraining):
+        async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
+            sampler = await self.client.save_weights_and_get_sampling_client_async(*args, **kwargs)
+            self.snapshots += 1
+            down = self.snapshots > 3
+
+            class Sampler:
+                async def sample_async(self, **request):
+                    if down:
+                        raise ConnectionError("sampler unreachable")
+                    return await sampler.sample_async(**request)
+
+            return Sampler()
+
+    real = RealTrainer._default_service_client
+
+    def faulty(self):
+        service = real(self)
+        service.create_lora_training_client_async = _wrapping(service.create_lora_training_client_async, DownFromStep3)
+        return service
+
+    monkeypatch.setattr(RealTrainer, "_default_service_client", faulty)
+    argv = ["preset=laptop", *(f"{k}={v}" for k, v in SMALL.items()), f"log_dir={tmp_path}", "run_name=r"]
+    assert gemlab.train.main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "step 3 failed (RuntimeError: every episode of a rollout round failed" in err
+    assert err.endswith("stopped after step 3, checkpoint saved; resume with: python -m gemlab.train " + " ".join(argv))
+    assert [line["step"] for line in _rows(tmp_path / "r" / "checkpoints.jsonl")] == [2, 3]
+    monkeypatch.setattr(RealTrainer, "_default_service_client", real)
+    assert gemlab.train.main(argv) == 0
+    assert _without_time(_rows(tmp_path / "r" / "metrics.jsonl")) == reference

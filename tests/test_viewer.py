@@ -116,7 +116,14 @@ def test_datum_views_mark_action_tokens():
     for tok in (TOKENIZER, None):
         fig = viewer.plot_datum(datum, tok)
         for ax in fig.axes:
-            assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+            assert ax.get_xlabel() and ax.get_title(loc="left")
+        labels = [t.get_text() for t in fig.axes[1].get_yticklabels()]
+        assert fig.axes[1].get_ylabel() and len(labels) == len(action) + 8  # 8 prompt positions of context
+        assert all(len(label) <= 34 for label in labels)  # whole-sentence tokens are cut, not drawn
+        assert all(t.get_rotation() == 0 for t in fig.axes[1].get_yticklabels())
+    assert labels[-1] == str(len(prompt) + len(action) - 2)
+    named = [t.get_text() for t in viewer.plot_datum(datum, TOKENIZER).axes[1].get_yticklabels()]
+    assert named[-1].endswith("<|im_end|>") and any(label.endswith("\\boxed{") for label in named)
 
 
 def test_live_metrics_figure_has_labels():
@@ -132,18 +139,33 @@ def test_metrics_table_indexes_by_step():
     assert list(table.index) == [0, 1] and list(table.columns) == ["a"]
 
 
-def test_interactive_game_plays_and_resets():
+def test_interactive_game_plays_on_enter_says_its_state_and_refuses_after_the_end():
     from gemlab.envs import make_envs
 
-    game = viewer.InteractiveGame(make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0])
-    assert "Guess The Number" in game.output.value and not game.done
-    game.action_box.value = "\\boxed{5}"
-    game.play_button.click()
+    env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
+    game = viewer.InteractiveGame(env)
+    assert "Guess The Number" in game.output.value and not game.done and game.status == "in progress"
+    game.action_box.value = "\\boxed{5}"  # what pressing Enter sends (continuous_update=False)
     assert game.episode.num_turns == 1 and game.action_box.value == ""
-    game.play("no number")  # a format error ends the game
-    assert game.done and game.episode.transitions[-1].reward == pytest.approx(-0.1)
-    assert "Game over" in game.output.value
-    game.play("\\boxed{3}")  # ignored once over
-    assert game.episode.num_turns == 2
+    target = env.unwrapped.game_number
+    if target != 5:  # a wrong guess: the game goes on, and says so
+        assert game.status == "in progress" and ">in progress<" in game.message.value
+        assert "lost" not in game.message.value and "in progress" in game.output.value
+    game.play_button.click()  # Play with an empty box plays nothing
+    assert game.episode.num_turns == 1
+    game.play(f"\\boxed{{{target}}}")
+    assert game.done and game.status == "won" and ">won<" in game.message.value and "Game over" in game.output.value
+    game.play("\\boxed{3}")  # refused once over, with a visible message
+    assert game.episode.num_turns == (2 if target != 5 else 1)
+    assert "was not played" in game.message.value and "New game" in game.message.value
     game.new_button.click()
-    assert game.episode.num_turns == 0 and not game.done
+    assert game.episode.num_turns == 0 and not game.done and "was not played" not in game.message.value
+    game.play("no number")  # a format error ends the game
+    assert game.done and game.status == "ended by an invalid action"
+
+
+def test_episode_in_progress_is_not_called_lost():
+    unfinished = episode([0.0, 0.0])
+    unfinished.transitions[-1].done = False
+    assert "in progress" in str(viewer.episode_html(unfinished)) and "lost" not in str(viewer.episode_html(unfinished))
+    assert ">lost<" in str(viewer.episode_html(episode([0.0, 0.0])))

@@ -8,11 +8,12 @@ service = LocalServiceClient()
 training = service.create_lora_training_client(base_model="gemlab/tiny", rank=8, seed=0).result()
 ```
 
-``python -m gemlab.local SCRIPT`` runs an unmodified Tinker script on it. See
+``python -m gemlab.local SCRIPT`` (or ``-m MODULE``) runs an unmodified Tinker script on it. See
 ``docs/local-backend.md`` for model names, environment variables, paths and semantics.
 """
 
-from gemlab.local.models import PRESETS, SMOLLM2, TINY, TINY_RANDOM
+from gemlab.local.models import PRESETS, SMOLLM2, TINY, TINY_CHAT, TINY_RANDOM
+from gemlab.local.rest import LocalBackendError, LocalRestClient
 from gemlab.local.runner import patch_tinker
 from gemlab.local.sampler import LocalSamplingClient
 from gemlab.local.service import LocalServiceClient
@@ -22,9 +23,12 @@ __all__ = [
     "LocalServiceClient",
     "LocalTrainingClient",
     "LocalSamplingClient",
+    "LocalRestClient",
+    "LocalBackendError",
     "patch_tinker",
     "PRESETS",
     "TINY",
+    "TINY_CHAT",
     "TINY_RANDOM",
     "SMOLLM2",
 ]

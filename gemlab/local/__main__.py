@@ -1,4 +1,5 @@
-"""``python -m gemlab.local SCRIPT [ARGS...]`` runs a Tinker script on the local backend."""
+"""``python -m gemlab.local SCRIPT [ARGS...]`` (or ``-m MODULE [ARGS...]``) runs a Tinker script on
+the local backend."""
 
 from gemlab.local.runner import main
 

@@ -35,8 +35,10 @@ META_FILE = "gemlab.json"
 OPTIMIZER_FILE = "optimizer.pt"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
-# Roots of the runs this process created, so their paths resolve whichever client asks.
+# Roots of the runs this process created, so their paths resolve whichever client asks, and
+# what each run is (base model, LoRA settings, user metadata), for the rest client.
 _run_roots: dict[str, Path] = {}
+_run_info: dict[str, dict[str, Any]] = {}
 
 
 def default_root() -> Path:
@@ -44,9 +46,21 @@ def default_root() -> Path:
     return Path(os.environ.get(ROOT_ENV) or Path.home() / ".cache" / "gemlab" / "local").expanduser()
 
 
-def register_run(run_id: str, root: Path) -> None:
-    """Remember that ``run_id``'s checkpoints live under ``root``."""
+def register_run(run_id: str, root: Path, info: dict[str, Any] | None = None) -> None:
+    """Remember that ``run_id``'s checkpoints live under ``root`` (and, when given, what it is)."""
     _run_roots[run_id] = root
+    if info is not None:
+        _run_info[run_id] = info
+
+
+def run_folder(run_id: str, root: Path | None = None) -> Path:
+    """The folder holding run ``run_id``'s checkpoints."""
+    return _run_roots.get(run_id, root or default_root()) / run_id
+
+
+def run_info(run_id: str) -> dict[str, Any] | None:
+    """What this process registered about run ``run_id``, if it created it."""
+    return _run_info.get(run_id)
 
 
 def checkpoint_path(run_id: str, kind: str, name: str) -> str:

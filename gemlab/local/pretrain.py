@@ -222,7 +222,7 @@ def load_pretrained(model: Any, path: Path = WEIGHTS_FILE) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     import argparse
 
-    from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer
+    from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer, trained_vocab_size
 
     parser = argparse.ArgumentParser(description="Rebuild a pretrained tiny base.")
     parser.add_argument("--base", default="gemlab/tiny", choices=sorted(BASES), help="which base (default: gemlab/tiny)")
@@ -231,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     model = build_tiny_model(seed=0)
     losses = pretrain(model, load_tiny_tokenizer(), env_id=base.env_id)
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items() if name != "lm_head.weight"}
+    # the file keeps the tokenizer file's rows; build_tiny_model appends the chat-format tokens' rows
+    state["model.embed_tokens.weight"] = state["model.embed_tokens.weight"][: trained_vocab_size()].contiguous()
     base.weights.parent.mkdir(parents=True, exist_ok=True)
     save_file(state, str(base.weights))
     print(f"loss per answer token: {losses[0]:.3f} -> {sum(losses[-20:]) / 20:.3f}; wrote {base.weights}")

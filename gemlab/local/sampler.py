@@ -14,7 +14,7 @@ import itertools
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import torch
@@ -186,6 +186,17 @@ class LocalSamplingClient(SamplingClient):
             raise ValueError(f"No local sampling client {handle!r} in this process (handles do not cross processes)")
         return client
 
+    @staticmethod
+    def create(*args: Any, **kwargs: Any) -> NoReturn:
+        """Tinker's internal factory needs a server connection; locally a sampler comes from
+        ``create_sampling_client`` or ``save_weights_and_get_sampling_client``."""
+        from gemlab.local.rest import unavailable
+
+        unavailable(
+            "SamplingClient.create (Tinker's internal factory)",
+            "use ServiceClient.create_sampling_client or TrainingClient.save_weights_and_get_sampling_client",
+        )
+
     def on_queue_state_change(self, queue_state: QueueState, queue_state_reason: str | None) -> None:
         """Local sampling never queues behind other users; nothing to report."""
 
@@ -249,10 +260,14 @@ class LocalSamplingClient(SamplingClient):
         return rows, request_index
 
     def _stops(self, stop: Any) -> tuple[frozenset[int], tuple[str, ...]]:
+        """As tinker 0.38 states: ``None`` stops at EOS, ``[]`` never stops early, and stop strings
+        or token ids stop there as well as at EOS."""
         if stop is None:
             return self._model.eos_token_ids, ()
         items = [stop] if isinstance(stop, str) else list(stop)
-        ids = frozenset(int(s) for s in items if not isinstance(s, str))
+        if not items:
+            return frozenset(), ()
+        ids = self._model.eos_token_ids | frozenset(int(s) for s in items if not isinstance(s, str))
         strings = tuple(s for s in items if isinstance(s, str))
         if any(not s for s in strings):
             raise ValueError("Stop strings must not be empty")

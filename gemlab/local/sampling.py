@@ -15,8 +15,8 @@ What a row returns, matching Tinker:
   ``log_softmax(logits)`` logprob.
 - The stop token, or the tokens that complete a stop string, are included in ``tokens``;
   ``stop_reason`` is ``"stop"`` then, ``"length"`` when ``max_tokens`` ran out.
-- ``stop=None`` stops at the model's EOS tokens; a list of strings or token ids replaces them;
-  ``[]`` disables stopping.
+- ``stop=None`` stops at the model's EOS tokens; a list of strings or token ids stops there too,
+  as well as at EOS; ``[]`` disables stopping (tinker 0.38's semantics).
 
 ``SampleBatcher`` collects requests: each ``sample`` call queues one, and a flush is
 scheduled on the caller's event loop only once the queue stops growing for a loop iteration,

@@ -32,7 +32,8 @@ def micro_batches(lengths: Sequence[int], vocab_size: int) -> Iterator[list[int]
 def target_logprobs(
     model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
 ) -> list[torch.Tensor]:
-    """``log p(targets[i][t] | inputs[i][: t + 1])`` for each sequence, one forward pass.
+    """``log p(targets[i][t] | inputs[i][: t + 1])`` for each sequence, one forward pass; a 2-D
+    ``(N, K)`` target gives ``(N, K)`` logprobs.
 
     Sequences are right-padded: under a causal mask, padding after a token never changes it.
     Gradients flow when grad mode is on.
@@ -41,10 +42,17 @@ def target_logprobs(
     lengths = [len(seq) for seq in inputs]
     width = max(lengths)
     ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
-    labels = torch.zeros((len(inputs), width), dtype=torch.long)
-    for row, (seq, target) in enumerate(zip(inputs, targets)):
+    for row, seq in enumerate(inputs):
         ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-        labels[row, : len(seq)] = target
     logits = model(input_ids=ids.to(device)).logits.float()
+    if any(target.ndim == 2 for target in targets):  # (N, K): K target tokens per position
+        logprobs = torch.log_softmax(logits, -1)
+        return [
+            logprobs[row, :length].gather(-1, target.reshape(length, -1).to(device)).reshape(target.shape)
+            for row, (length, target) in enumerate(zip(lengths, targets))
+        ]
+    labels = torch.zeros((len(inputs), width), dtype=torch.long)
+    for row, target in enumerate(targets):
+        labels[row, : len(target)] = target
     nll = F.cross_entropy(logits.transpose(1, 2), labels.to(device), reduction="none")
     return [-nll[row, :length] for row, length in enumerate(lengths)]

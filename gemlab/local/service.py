@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from tinker import ServiceClient, types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
@@ -23,6 +23,7 @@ from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn,
 from gemlab.local import checkpoints, lora
 from gemlab.local.futures import ClientFuture, client_future, completed, run_in_order
 from gemlab.local.models import CONTEXT_LENGTHS, PRESETS, choose_device, load_model, resolve_model_name
+from gemlab.local.rest import LocalRestClient, unavailable
 from gemlab.local.sampler import LocalSamplingClient
 from gemlab.local.training import LocalTrainingClient, check_compatible, sampler_from_checkpoint
 
@@ -190,14 +191,7 @@ class LocalServiceClient(ServiceClient):
     # ----- everything else ----------------------------------------------------------------
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
         """The local presets (any other ``org/model`` name maps to ``$GEMLAB_LOCAL_MODEL``)."""
-        return types.GetServerCapabilitiesResponse(
-            supported_models=[
-                types.SupportedModel(
-                    model_name=name, max_context_length=CONTEXT_LENGTHS[name], trainable=True, sampleable=True
-                )
-                for name in PRESETS
-            ]
-        )
+        return server_capabilities()
 
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
         return self.get_server_capabilities()
@@ -237,6 +231,14 @@ class LocalServiceClient(ServiceClient):
     def get_telemetry(self) -> Telemetry | None:
         return None
 
+    def create_rest_client(self) -> LocalRestClient:
+        """A ``RestClient`` over this client's checkpoint root (list, inspect, delete checkpoints)."""
+        return LocalRestClient(root=self._root)
+
+    @property
+    def holder(self) -> NoReturn:
+        unavailable("ServiceClient.holder (the HTTP connection holder)", "there is no server connection")
+
     # ----- helpers ------------------------------------------------------------------------
     def _new_run_id(self) -> str:
         self._runs += 1
@@ -272,3 +274,13 @@ class LocalServiceClient(ServiceClient):
 def _check_optimizer(optimizer: types.OptimizerConfig | None) -> None:
     if optimizer is not None and not isinstance(optimizer, types.AdamOptimizerConfig):
         raise ValueError(f"The local backend trains with AdamW only (types.AdamOptimizerConfig), got {optimizer!r}")
+
+
+def server_capabilities() -> types.GetServerCapabilitiesResponse:
+    """The local presets as Tinker's supported models."""
+    return types.GetServerCapabilitiesResponse(
+        supported_models=[
+            types.SupportedModel(model_name=name, max_context_length=CONTEXT_LENGTHS[name], trainable=True, sampleable=True)
+            for name in PRESETS
+        ]
+    )

@@ -19,10 +19,18 @@ from pathlib import Path
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 TOKENIZER_FILE = Path(__file__).parent / "assets" / "tiny-tokenizer.json"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# The rest of Qwen3's chat-format markers, which tinker-cookbook's Qwen3 renderers expect to be
+# single tokens. ``gemlab/tiny-chat`` (what Tinker model names map to) appends them after the
+# trained vocabulary (ids 861-866), so the tokenizer file, every text without them and the shipped
+# weights stay as they were; ``build_tiny_model(chat_markers=True)`` gives them embedding rows at
+# load time. ``gemlab/tiny`` itself keeps the trained vocabulary, so its runs stay bit-for-bit
+# what they were (extra rows change the float rounding of every softmax and Adam step).
+CHAT_FORMAT_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
 VOCAB_SIZE = 1024
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -91,8 +99,9 @@ def train_tokenizer(path: Path = TOKENIZER_FILE) -> None:
     path.write_text(json.dumps(json.loads(tokenizer.to_str()), indent=None))
 
 
-def load_tiny_tokenizer() -> PreTrainedTokenizerFast:
-    """The preset's tokenizer as a Hugging Face fast tokenizer with a chat template."""
+def load_tiny_tokenizer(*, chat_markers: bool = False) -> PreTrainedTokenizerFast:
+    """The preset's tokenizer as a Hugging Face fast tokenizer with a chat template; with
+    ``chat_markers`` also ``CHAT_FORMAT_TOKENS`` as single tokens (``gemlab/tiny-chat``)."""
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_file=str(TOKENIZER_FILE),
         eos_token="<|im_end|>",
@@ -101,16 +110,36 @@ def load_tiny_tokenizer() -> PreTrainedTokenizerFast:
         clean_up_tokenization_spaces=False,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    if chat_markers:
+        tokenizer.add_tokens([AddedToken(t, normalized=False, special=False) for t in CHAT_FORMAT_TOKENS])
     return tokenizer
 
 
-def build_tiny_model(seed: int = 0, *, pretrained: bool | str = False, **overrides: int) -> LlamaForCausalLM:
+def trained_vocab_size() -> int:
+    """Tokens in the tokenizer file (the vocabulary the shipped weights were trained with)."""
+    return Tokenizer.from_file(str(TOKENIZER_FILE)).get_vocab_size(with_added_tokens=True)
+
+
+def add_token_rows(model: LlamaForCausalLM, vocab_size: int) -> None:
+    """Grow the (tied) embedding to ``vocab_size`` rows, each new one the mean of the others: its
+    logit is then far below every trained token's (about 2e-9 of the probability each, measured on
+    GuessTheNumber prompts), so the model samples as before until training says otherwise."""
+    trained = model.get_input_embeddings().weight.detach().clone()
+    model.resize_token_embeddings(vocab_size, mean_resizing=False)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[len(trained) :] = trained.mean(0)
+
+
+def build_tiny_model(
+    seed: int = 0, *, pretrained: bool | str = False, chat_markers: bool = False, **overrides: int
+) -> LlamaForCausalLM:
     """A Llama sized by ``TINY_SHAPE``, randomly initialised from ``seed`` (same seed, same
     weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``); a base
-    name from ``pretrain.BASES`` (e.g. ``"gemlab/tiny-guess20"``) loads that base's weights."""
-    tokenizer = load_tiny_tokenizer()
+    name from ``pretrain.BASES`` (e.g. ``"gemlab/tiny-guess20"``) loads that base's weights; with
+    ``chat_markers`` it has rows for ``CHAT_FORMAT_TOKENS`` too."""
+    tokenizer = load_tiny_tokenizer(chat_markers=chat_markers)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=trained_vocab_size(),
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
@@ -124,6 +153,8 @@ def build_tiny_model(seed: int = 0, *, pretrained: bool | str = False, **overrid
         from gemlab.local.pretrain import BASES, load_pretrained
 
         load_pretrained(model, BASES["gemlab/tiny" if pretrained is True else pretrained].weights)
+    if chat_markers:
+        add_token_rows(model, len(tokenizer))
     return model
 
 

@@ -59,20 +59,29 @@ class _Batch:
             if missing:
                 raise ValueError(f"data[{index}].loss_fn_inputs lacks {missing}; this loss needs {list(required)}")
             tensors = {}
+            # cross_entropy (the loss with weights) also takes (N, K) targets and weights, as Tinker does
+            two_d = ("target_tokens", "weights") if "weights" in required else ()
             for key in required:
                 tensor = datum.loss_fn_inputs[key].to_torch()
-                if tensor.ndim != 1 or tensor.shape[0] != len(tokens):
+                if tensor.ndim not in ((1, 2) if key in two_d else (1,)) or tensor.shape[0] != len(tokens):
+                    shapes = f"[{len(tokens)}]" + (f" or [{len(tokens)}, K]" if key in two_d else "")
                     raise ValueError(
                         f"data[{index}].loss_fn_inputs[{key!r}] has shape {list(tensor.shape)} but model_input has "
-                        f"{len(tokens)} tokens; {key!r} must have shape [{len(tokens)}] "
+                        f"{len(tokens)} tokens; {key!r} must have shape {shapes} "
                         "(model_input[i] predicts target_tokens[i])"
                     )
                 tensors[key] = tensor.long() if key == "target_tokens" else tensor.float()
                 if key != "target_tokens" and not bool(torch.isfinite(tensors[key]).all()):
-                    position = int((~torch.isfinite(tensors[key])).nonzero()[0, 0])
-                    value = float(tensors[key][position])
+                    where = tuple(int(i) for i in (~torch.isfinite(tensors[key])).nonzero()[0])
+                    value = float(tensors[key][where])
+                    position = ", ".join(map(str, where))
                     raise ValueError(f"data[{index}].loss_fn_inputs[{key!r}][{position}] is {value}: values must be finite")
-            bad = [t for t in tokens + tensors["target_tokens"].tolist() if not 0 <= t < vocab_size]
+            if two_d and tensors["target_tokens"].shape != tensors["weights"].shape:
+                raise ValueError(
+                    f"data[{index}]: target_tokens has shape {list(tensors['target_tokens'].shape)} but weights has "
+                    f"{list(tensors['weights'].shape)}; they must match"
+                )
+            bad = [t for t in tokens + tensors["target_tokens"].flatten().tolist() if not 0 <= t < vocab_size]
             if bad:
                 raise ValueError(f"data[{index}] has token ids {bad[:5]} outside the vocabulary (0..{vocab_size - 1})")
             self.inputs.append(tokens)
@@ -106,7 +115,7 @@ class LocalTrainingClient(TrainingClient):
         self._optimizer = self._new_optimizer()
         self._steps = 0
         self.model_id = run_id
-        checkpoints.register_run(run_id, root)
+        checkpoints.register_run(run_id, root, self._meta(None))
         finalizer = weakref.finalize(self, release_adapter, model, self._adapter)
         finalizer.atexit = False
 
@@ -428,9 +437,13 @@ class LocalTrainingClient(TrainingClient):
                 weight_decay=params.weight_decay,
             )
         before = ([p.detach().clone() for p in self._params], copy.deepcopy(self._optimizer.state_dict()))
-        self._optimizer.step()
+        try:
+            self._optimizer.step()
+            finite = all(bool(torch.isfinite(p).all()) for p in self._params)
+        except RuntimeError:  # torch's own overflow check, possibly after some tensors moved
+            finite = False
         self._optimizer.zero_grad(set_to_none=True)
-        if not all(bool(torch.isfinite(p).all()) for p in self._params):
+        if not finite:
             with torch.no_grad():
                 for p, saved in zip(self._params, before[0]):
                     p.copy_(saved)

@@ -19,7 +19,12 @@ CONFIGS = {
     "ppo": {},
     "cispo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1},
     "dro": {"beta": 0.5},
+    "gspo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1},
+    "stable_reinforce": {},
 }
+# Tinker's documented defaults (tinker-docs.thinkingmachines.ai/tinker/losses/{ppo,cispo}); gspo's
+# page gives none, so the local backend takes the GSPO paper's range (arXiv 2507.18071, sec. 5.1).
+DEFAULT_CLIPS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0), "gspo": (1 - 3e-4, 1 + 4e-4)}
 
 
 def formula(name: str, lp: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]) -> torch.Tensor:
@@ -28,8 +33,8 @@ def formula(name: str, lp: torch.Tensor, inputs: dict[str, torch.Tensor], config
         return -lp * inputs["weights"]
     q, adv = inputs["logprobs"], inputs["advantages"]
     ratio = torch.exp(lp - q)
-    lo, hi = config.get("clip_low_threshold", 0.8), config.get("clip_high_threshold", 1.2)
-    if name == "importance_sampling":
+    lo, hi = config.get("clip_low_threshold"), config.get("clip_high_threshold")
+    if name in ("importance_sampling", "stable_reinforce"):  # stable_reinforce: the local stand-in
         return -ratio * adv
     if name == "ppo":
         return -torch.min(ratio * adv, torch.clamp(ratio, lo, hi) * adv)
@@ -37,26 +42,50 @@ def formula(name: str, lp: torch.Tensor, inputs: dict[str, torch.Tensor], config
         return -torch.clamp(ratio, lo, hi).detach() * lp * adv
     if name == "dro":
         return -(lp * adv - 0.5 * config["beta"] * (lp - q) ** 2)
+    if name == "gspo":
+        mask = inputs["sequence_ratio_mask"] > 0
+        sequence = torch.exp((lp.detach() - q)[mask].sum() / mask.sum())  # geometric mean of ratios
+        token = sequence * torch.exp(lp - lp.detach())  # value s, gradient of the token's own logprob
+        return -torch.min(token * adv, torch.clamp(token, lo, hi) * adv)
     raise AssertionError(name)
+
+
+def test_documented_defaults():
+    for name, (lo, hi) in DEFAULT_CLIPS.items():
+        assert losses.resolve_config(name, None) == pytest.approx({"clip_low_threshold": lo, "clip_high_threshold": hi})
+    assert losses.resolve_config("stable_reinforce", None) == {}
+    with pytest.raises(ValueError, match="beta"):
+        losses.resolve_config("dro", None)
 
 
 def test_loss_functions_and_their_gradients():
     torch.manual_seed(0)
     lp = torch.randn(50) - 2
-    inputs = {"logprobs": lp + 0.4 * torch.randn(50), "advantages": torch.randn(50), "weights": torch.rand(50)}
+    mask = (torch.arange(50) >= 20).float()
+    inputs = {
+        "logprobs": lp + 0.4 * torch.randn(50),
+        "advantages": torch.randn(50),
+        "weights": torch.rand(50),
+        "sequence_ratio_mask": mask,
+    }
     q, adv = inputs["logprobs"], inputs["advantages"]
     ratio = torch.exp(lp - q)
     clipped = torch.clamp(ratio, 0.8, 1.2)
+    sequence = torch.exp(((lp - q) * mask).sum() / mask.sum())
+    seq_clipped = torch.clamp(sequence, 0.9, 1.1)
     # d loss / d lp, by hand
     expected_grads = {
         "cross_entropy": -inputs["weights"],
         "importance_sampling": -ratio * adv,
+        "stable_reinforce": -ratio * adv,
         "ppo": torch.where(ratio * adv <= clipped * adv, -ratio * adv, torch.zeros(50)),
-        "cispo": -clipped * adv,
+        "cispo": -torch.clamp(ratio, 0.0, 4.0) * adv,
         "dro": -(adv - 0.5 * (lp - q)),
+        "gspo": torch.where(sequence * adv <= seq_clipped * adv, -sequence * adv, torch.zeros(50)),
     }
     for name in losses.LOSSES:
-        config = losses.resolve_config(name, {"beta": 0.5} if name == "dro" else None)
+        given = {"beta": 0.5} if name == "dro" else CONFIGS[name] if name == "gspo" else None
+        config = losses.resolve_config(name, given)
         leaf = lp.clone().requires_grad_(True)
         elementwise = losses.LOSSES[name].fn(leaf, inputs, config)
         torch.testing.assert_close(elementwise, formula(name, lp, inputs, config))
@@ -77,6 +106,7 @@ def _data(training, prompt):
         weights = torch.zeros(datum.model_input.length)
         weights[-len(action) :] = torch.rand(len(action)) + 0.5
         datum.loss_fn_inputs["weights"] = types.TensorData.from_torch(weights)
+        datum.loss_fn_inputs["sequence_ratio_mask"] = types.TensorData.from_torch((weights > 0).float())
         data.append(datum)
     return data
 
@@ -109,7 +139,8 @@ def test_builtin_loss_matches_formula_and_autograd(training, prompt, name):
     result = training.forward_backward(data, name, config or None).result()
     got = grads(training)
     hand_total = 0.0
-    full_config = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2, **config}
+    lo, hi = DEFAULT_CLIPS.get(name, (None, None))
+    full_config = {"clip_low_threshold": lo, "clip_high_threshold": hi, **config}
     for datum, out in zip(data, result.loss_fn_outputs):
         lp = out["logprobs"].to_torch()
         inputs = {k: v.to_torch().float() for k, v in datum.loss_fn_inputs.items()}
@@ -215,3 +246,39 @@ def test_custom_loss_handle(service, training, prompt):
     assert math.isclose(custom.metrics["loss:sum"], builtin.metrics["loss:sum"], rel_tol=1e-5)
     for a, b in zip(via_custom, grads(training)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_cross_entropy_takes_two_dimensional_targets(training, prompt):
+    """(N, K) target_tokens and weights: K targets per position, the same as K 1-D datums summed."""
+    nudge(training, prompt)
+    tokens = list(prompt) + [5, 6, 7]
+    n = len(tokens) - 1
+    columns = [torch.tensor(tokens[1:]), torch.tensor(tokens[1:]).flip(0)]
+    column_weights = [torch.rand(n), torch.rand(n)]
+    wide = types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": torch.stack(columns, 1), "weights": torch.stack(column_weights, 1)},
+    )
+    result = training.forward_backward([wide], "cross_entropy").result()
+    wide_grads = grads(training)
+    for p in training._params:
+        p.grad = None
+    narrow = [
+        types.Datum(model_input=wide.model_input, loss_fn_inputs={"target_tokens": c, "weights": w})
+        for c, w in zip(columns, column_weights)
+    ]
+    reference = training.forward_backward(narrow, "cross_entropy").result()
+    lp = result.loss_fn_outputs[0]["logprobs"].to_torch()
+    assert list(lp.shape) == [n, 2]
+    for k, out in enumerate(reference.loss_fn_outputs):
+        torch.testing.assert_close(lp[:, k], out["logprobs"].to_torch(), rtol=1e-5, atol=1e-6)
+    assert math.isclose(result.metrics["loss:sum"], reference.metrics["loss:sum"], rel_tol=1e-5)
+    scale = max(float(g.abs().max()) for g in wide_grads)  # float32 sums in another order
+    for a, b in zip(wide_grads, grads(training)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * scale)
+    bad = types.Datum(
+        model_input=wide.model_input,
+        loss_fn_inputs={"target_tokens": torch.stack(columns, 1), "weights": column_weights[0]},
+    )
+    with pytest.raises(ValueError, match="must match"):
+        training.forward_backward([bad], "cross_entropy")

@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     '''
     """A GEM-style Tinker RL loop: nothing in it knows about gemlab."""
@@ -90,3 +92,179 @@ def test_tinker_script_runs_unmodified(tmp_path: Path):
     assert "gemlab/tiny" in lines[-1]
     mapping = [line for line in done.stderr.splitlines() if "Qwen/Qwen3-4B-Instruct-2507" in line]
     assert len(mapping) == 1 and "gemlab/tiny" in mapping[0]
+
+
+GEM_STYLE_SCRIPT = textwrap.dedent(
+    '''
+    """A GEM-style Tinker RL script: the tokenizer is loaded by the Tinker model name."""
+    import asyncio
+
+    import chz
+    import gem
+    import tinker
+    import torch
+    from gem.wrappers.wrapper_factory import get_wrapper_fns
+    from tinker import types
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
+
+
+    @chz.chz
+    class Config:
+        model_name: str = "Qwen/Qwen3-8B-Base"
+        env_id: str = "game:GuessTheNumber-v0-easy"
+        num_env: int = 4
+        max_steps: int = 2
+        max_tokens: int = 8
+
+
+    def prompt(observation: str) -> str:
+        return (
+            "<|im_start|>user\\nYou are playing language games. Make valid actions to win.\\nObservation: "
+            f"{observation}\\nPlease reason step by step, and put your final answer within \\\\boxed{{}}.<|im_end|>\\n"
+            "<|im_start|>assistant\\n"
+        )
+
+
+    async def main(config: Config) -> None:
+        tokenizer = AutoTokenizer.from_pretrained(config.model_name, use_fast=True)
+        envs = [gem.make(config.env_id, seed=i, use_mp=False) for i in range(config.num_env)]
+        for wrapper in get_wrapper_fns("concat", tokenizer=tokenizer):
+            envs = [wrapper(env) for env in envs]
+        service_client = tinker.ServiceClient()
+        training_client = await service_client.create_lora_training_client_async(base_model=config.model_name, rank=8)
+        params = types.SamplingParams(max_tokens=config.max_tokens)
+
+        async def episode(sampling_client, env):
+            steps, (obs, _) = [], env.reset()
+            while True:
+                tokens = tokenizer.encode(prompt(obs), add_special_tokens=False)
+                result = await sampling_client.sample_async(
+                    prompt=types.ModelInput.from_ints(tokens=tokens), num_samples=1, sampling_params=params
+                )
+                seq = result.sequences[0]
+                obs, reward, terminated, truncated, _ = env.step(tokenizer.decode(seq.tokens))
+                steps.append((tokens, seq.tokens, seq.logprobs, reward))
+                if terminated or truncated:
+                    return steps
+
+        for step in range(config.max_steps):
+            path = training_client.save_weights_for_sampler(name=f"{step:06d}").result().path
+            sampling_client = service_client.create_sampling_client(model_path=path)
+            episodes = await asyncio.gather(*[episode(sampling_client, env) for env in envs])
+            transitions = [t for ep in episodes for t in ep]
+            returns = torch.tensor([t[3] for t in transitions], dtype=torch.float32)
+            returns = (returns - returns.mean()) / (returns.std() + 1e-9)
+            datums = []
+            for (obs_tokens, act_tokens, act_logprobs, _), ret in zip(transitions, returns.tolist()):
+                tokens, n = obs_tokens + act_tokens, len(obs_tokens) - 1
+                datums.append(
+                    types.Datum(
+                        model_input=types.ModelInput.from_ints(tokens=tokens[:-1]),
+                        loss_fn_inputs={
+                            "target_tokens": torch.tensor(tokens[1:]),
+                            "logprobs": torch.tensor([0.0] * n + act_logprobs),
+                            "advantages": torch.tensor([0.0] * n + [ret] * len(act_tokens)),
+                        },
+                    )
+                )
+            fwd_bwd = training_client.forward_backward(datums, loss_fn="importance_sampling")
+            training_client.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+            outputs = fwd_bwd.result().loss_fn_outputs
+            diffs = torch.cat(
+                [torch.tensor(t[2]) - o["logprobs"].to_torch()[-len(t[2]) :] for t, o in zip(transitions, outputs)]
+            )
+            print(f"step {step} transitions {len(transitions)} kl_sample_train {float(diffs.mean()):.2e}")
+
+
+    if __name__ == "__main__":
+        asyncio.run(main(chz.entrypoint(Config)))
+    '''
+)
+
+
+def test_gem_style_script_loads_its_tokenizer_by_tinker_name(tmp_path: Path):
+    """As GEM's examples/train_tinker/tinker_train.py does: AutoTokenizer.from_pretrained(model_name)
+    with a Tinker model name, offline, the same tokenizer as the training client's."""
+    script = tmp_path / "tinker_train.py"
+    script.write_text(GEM_STYLE_SCRIPT)
+    env = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": ""}
+    env.pop("GEMLAB_LOCAL_MODEL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "gemlab.local", str(script), "model_name=Qwen/Qwen3-8B-Base", "max_steps=2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["0", "1"]
+    assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
+    assert done.stderr.count("Qwen/Qwen3-8B-Base is not available locally; using gemlab/tiny-chat") == 1
+
+
+MODULE = textwrap.dedent(
+    '''
+    """Run as python -m tinker_job: what a Tinker script reaches is local."""
+    import sys
+
+    import tinker
+    from transformers import AutoTokenizer
+
+    from gemlab.local import TINY_CHAT
+    from gemlab.local.models import load_tokenizer
+
+    assert __name__ == "__main__" and sys.argv[1:] == ["--flag", "x"], sys.argv
+    service = tinker.ServiceClient()
+    assert AutoTokenizer.from_pretrained("Qwen/Qwen3-4B-Instruct-2507") is load_tokenizer(TINY_CHAT)
+    sampler = service.create_sampling_client(base_model="Qwen/Qwen3-4B-Instruct-2507").result()
+    assert tinker.SamplingClient.from_sampler_handle(sampler.get_sampler_handle()) is sampler
+    training = service.create_lora_training_client(base_model="Qwen/Qwen3-4B-Instruct-2507", rank=4).result()
+    path = training.save_state("only").result().path
+    rest = tinker.RestClient()
+    assert [c.tinker_path for c in rest.list_checkpoints(training.model_id).result().checkpoints] == [path]
+    assert service.create_rest_client().get_training_run_by_tinker_path(path).result().lora_rank == 4
+    print("module ok", type(service).__name__, type(rest).__name__)
+    '''
+)
+
+
+def test_runner_runs_a_module_with_tinker_patched(tmp_path: Path):
+    (tmp_path / "tinker_job.py").write_text(MODULE)
+    env = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), "HF_HUB_OFFLINE": "1"}
+    env.pop("GEMLAB_LOCAL_MODEL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "gemlab.local", "-m", "tinker_job", "--flag", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "module ok LocalServiceClient LocalRestClient"
+
+
+@pytest.mark.parametrize("module", ["no_such_module_here", "tinker.no_such_part"])
+def test_runner_refuses_a_missing_module_in_one_line(module: str):
+    from gemlab.local.runner import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["-m", module])
+    assert exited.value.code == f"gemlab.local: no module named {module!r}"
+
+
+def test_patch_tinker_undoes_everything():
+    import tinker
+    from transformers import AutoTokenizer
+
+    from gemlab.local import patch_tinker
+
+    before = (tinker.ServiceClient, tinker.RestClient, AutoTokenizer.__dict__["from_pretrained"])
+    handle = tinker.SamplingClient.__dict__["from_sampler_handle"]
+    undo = patch_tinker()
+    assert tinker.ServiceClient is not before[0] and tinker.RestClient is not before[1]
+    undo()
+    assert (tinker.ServiceClient, tinker.RestClient, AutoTokenizer.__dict__["from_pretrained"]) == before
+    assert tinker.SamplingClient.__dict__["from_sampler_handle"] is handle

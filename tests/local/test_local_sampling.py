@@ -147,12 +147,28 @@ def test_stop_string_ends_at_the_token_that_completes_it(trained, prompt):
     tokenizer = training.get_tokenizer()
     model_input = types.ModelInput.from_ints(prompt)
     free = sampling.sample(model_input, 1, params(temperature=0.0)).result().sequences[0]
-    text = tokenizer.decode(free.tokens[:6])
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    before_eos = free.tokens[: free.tokens.index(eos)] if eos in free.tokens else free.tokens
+    text = tokenizer.decode(before_eos[:6])  # EOS stops too, so the string must come before it
     target = text[-2:]
     stopped = sampling.sample(model_input, 1, params(temperature=0.0, stop=[target])).result().sequences[0]
     assert stopped.stop_reason == "stop"
     assert target in tokenizer.decode(stopped.tokens)
     assert target not in tokenizer.decode(stopped.tokens[:-1])
+
+
+def test_a_stop_list_adds_to_eos_and_only_an_empty_one_disables_it(trained, prompt):
+    """tinker 0.38: stop=None keeps EOS, a non-empty list stops there too, stop=[] never stops early."""
+    _, sampling = trained
+    eos = sampling.get_tokenizer().convert_tokens_to_ids("<|im_end|>")
+    model_input = types.ModelInput.from_ints(prompt)
+    free = sampling.sample(model_input, 1, params(temperature=0.0, max_tokens=24)).result().sequences[0]
+    assert eos in free.tokens and free.stop_reason == "length"  # the model ends its turn, stop=[] runs on
+    end = free.tokens.index(eos) + 1
+    for stop in (None, ["a string it never writes"], [eos + 1 if free.tokens[0] != eos + 1 else eos + 2]):
+        stopped = sampling.sample(model_input, 1, params(temperature=0.0, max_tokens=24, stop=stop)).result()
+        assert stopped.sequences[0].tokens == free.tokens[:end], stop
+        assert stopped.sequences[0].stop_reason == "stop"
 
 
 def test_default_stop_is_the_models_eos(trained):

@@ -120,3 +120,33 @@ def test_study_bases_are_their_own_weights():
     assert torch.equal(weights["gemlab/tiny"], build_tiny_model(pretrained=True).model.embed_tokens.weight)
     names = list(weights)
     assert all(not torch.equal(weights[a], weights[b]) for a in names for b in names if a < b)
+
+
+def test_chat_format_tokens_are_single_and_change_no_other_text():
+    """In gemlab/tiny-chat, <think>, </think>, <tool_call>... are one token each (tinker-cookbook's
+    Qwen3 renderers assert it), and every text of the tokenizer's corpus tokenizes exactly as the
+    trained file does."""
+    from tokenizers import Tokenizer
+
+    tokenizer = load_tiny_tokenizer(chat_markers=True)
+    from gemlab.local.tiny import CHAT_FORMAT_TOKENS, TOKENIZER_FILE, tokenizer_corpus
+
+    for token in CHAT_FORMAT_TOKENS:
+        assert len(tokenizer.encode(token, add_special_tokens=False)) == 1, token
+    assert tokenizer.decode(tokenizer.encode("<think>\nhmm</think>\n\n5", add_special_tokens=False)) == "<think>\nhmm</think>\n\n5"
+    trained = Tokenizer.from_file(str(TOKENIZER_FILE))
+    for text in tokenizer_corpus()[::25]:
+        assert tokenizer.encode(text, add_special_tokens=False) == trained.encode(text).ids
+
+
+def test_the_new_tokens_rows_leave_the_base_sampling_as_before(tokenizer):
+    """The appended rows sit at the embeddings' mean: the shipped base gives them (almost) no mass."""
+    chat_tokenizer = load_tiny_tokenizer(chat_markers=True)
+    model = build_tiny_model(seed=0, pretrained=True, chat_markers=True)
+    assert model.get_input_embeddings().weight.shape[0] == len(chat_tokenizer) == len(tokenizer) + 6
+    new_ids = chat_tokenizer.convert_tokens_to_ids(["<think>", "</think>", "<tool_call>"])
+    states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=pretrain.SKILL, seed=7, tokenizer=tokenizer)
+    with torch.no_grad():
+        for _ in range(10):
+            probs = model(input_ids=torch.tensor([next(states).prompt])).logits[0].softmax(-1)
+            assert float(probs[:, new_ids].max()) < 1e-6

@@ -1,0 +1,47 @@
+"""Watch a saved policy play: load a run's last checkpoint and play one episode with it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chz
+
+from gemlab.config import Config
+from gemlab.envs import make_envs
+from gemlab.lab.comparison import SavedRun
+from gemlab.local.checkpoints import SCHEME, WEIGHTS_FILE, folder_of
+from gemlab.rollout import Episode, collect_episode
+from gemlab.run_folder import LOCAL_CHECKPOINTS_DIR
+from gemlab.templates import get_template
+
+
+def run_config(run: SavedRun) -> Config:
+    """The run's ``Config``, rebuilt from its ``config.json`` (fields this version lacks are dropped)."""
+    fields = {f.logical_name for f in chz.chz_fields(Config).values()}
+    return Config(**{k: v for k, v in run.config.items() if k in fields})
+
+
+def checkpoint_path(run: SavedRun) -> str:
+    """The run's last checkpoint, as a path any client can load: a local checkpoint becomes its
+    folder (inside the run folder, or under the local backend's default root for older runs)."""
+    path = run.checkpoints[-1]["state_path"]
+    if not path.startswith(SCHEME):
+        return path  # a Tinker path or a folder already
+    inside = folder_of(path, run.path / LOCAL_CHECKPOINTS_DIR)
+    return str(inside if (inside / WEIGHTS_FILE).is_file() else folder_of(path))
+
+
+async def play_saved_policy(run: SavedRun, service_client: Any, *, seed: int = 0) -> Episode:
+    """One episode of ``run``'s env played by the policy in its last checkpoint."""
+    if not run.checkpoints:
+        raise ValueError(f"{run.name} has no checkpoint to play (precomputed runs keep only their metrics)")
+    config = run_config(run)
+    client = await service_client.create_training_client_from_state_async(checkpoint_path(run))
+    saved = await (await client.save_weights_for_sampler_async(name=f"lab-watch-{run.name}-{seed}")).result_async()
+    sampler = await service_client.create_sampling_client_async(model_path=saved.path)
+    tokenizer = client.get_tokenizer()
+    env = make_envs(config.env_id, 1, seed=seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer)[0]
+    template = get_template(config.template)
+    return await collect_episode(
+        sampler, env, tokenizer=tokenizer, template=template, max_tokens=config.max_tokens, temperature=config.temperature, seed=seed
+    )

@@ -1,0 +1,85 @@
+"""The command line: every bad input is one line saying what is allowed, exit status 2, no files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gemlab.config import Config, make_config
+from gemlab.train import main
+
+BAD = [
+    (["learnig_rate=0.1"], "unknown key 'learnig_rate'; did you mean 'learning_rate'"),
+    (["colour=red"], "unknown key 'colour' (python -m gemlab.train --help lists every key)"),
+    (["max_steps"], "expected key=value, got 'max_steps'"),
+    (["batch_size=abc"], "batch_size must be an integer, got 'abc'"),
+    (["max_steps=2.5"], "max_steps must be an integer, got '2.5'"),
+    (["save_every=often"], "save_every must be an integer, got 'often'"),
+    (["learning_rate=inf"], "learning_rate must be a positive number, got inf"),
+    (["learning_rate=nan"], "learning_rate must be a positive number, got nan"),
+    (["learning_rate=-1"], "learning_rate must be a positive number, got -1.0"),
+    (["temperature=nan"], "temperature must be in [0.0, 10.0], got nan"),
+    (["gamma=nan"], "gamma must be in [0.0, 1.0], got nan"),
+    (["loss_fn=dro", "loss_fn_config.beta=nan"], "loss_fn_config.beta must be a finite number, got nan"),
+    (["loss_fn_config=3"], "loss_fn_config must be a mapping of names to numbers or None, got '3'"),
+    (["allow_config_change=maybe"], "allow_config_change must be true or false, got 'maybe'"),
+    (["lora_rank=0"], "lora_rank must be a positive number, got 0"),
+    (["preset=big"], "Unknown preset 'big'. Known presets: gem, laptop"),
+    (["run_name=../../x"], "run_name '../../x' is not allowed"),
+    (["run_name=/tmp/x"], "run_name '/tmp/x' is not allowed"),
+    (["num_env=1000000"], "num_env=1000000 is too large (each step plays at least 1000000 episodes"),
+    (["batch_size=100000000"], "batch_size=100000000 is too large"),
+    (["env_id=math:GSM8K"], "env_id 'math:GSM8K' loads the data set 'axon-rl/GSM-8k' from the Hugging Face hub"),
+    (["env_id=qa:HotpotQA"], "env_id 'qa:HotpotQA' loads the data set 'axon-rl/HotpotQA'"),
+    (["env_id=game:Wordle"], "Unknown GEM env id 'game:Wordle'"),
+    (["env_wrappers=concatt"], "Unknown GEM wrapper(s) 'concatt'"),
+    (["model_name=gemlab/other"], "gemlab/other"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD)
+def test_bad_input_is_one_line_exit_2_and_no_files(tmp_path: Path, capsys, monkeypatch, argv, message) -> None:
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    log_dir = tmp_path / "runs"
+    assert main(["preset=laptop", *argv, f"log_dir={log_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gemlab.train: "), err
+    assert message in err
+    assert "X_" not in err  # chz's internal names never show
+    assert not log_dir.exists()
+
+
+def test_help_lists_every_key_and_exits_0() -> None:
+    result = subprocess.run([sys.executable, "-m", "gemlab.train", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.startswith("usage: python -m gemlab.train")
+    for key in ("learning_rate=4e-05", "save_every=5", "allow_config_change=False", "loss_fn_config.NAME"):
+        assert key in result.stdout
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"max_steps": 2.5}, "max_steps must be an integer, got 2.5"),
+        ({"batch_size": True}, "batch_size must be an integer, got True"),
+        ({"learning_rate": float("inf")}, "learning_rate must be a positive number, got inf"),
+        ({"run_name": ".."}, "run_name '..' is not allowed"),
+        ({"seed": "0"}, "seed must be an integer, got '0'"),
+    ],
+)
+def test_python_callers_get_the_same_validation(overrides, message) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        Config(**overrides)
+
+
+def test_a_misspelled_key_from_python_suggests_the_right_one() -> None:
+    with pytest.raises(ValueError, match="unknown key 'max_step'; did you mean 'max_steps'"):
+        make_config("laptop", max_step=3)
+
+
+def test_more_envs_than_transitions_warns() -> None:
+    with pytest.warns(UserWarning, match="num_env=64 > batch_size=32"):
+        Config(num_env=64, batch_size=32)

@@ -1,0 +1,40 @@
+"""Plots: a KL panel keeps float noise flat instead of magnifying it."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from gemlab import plots, viewer
+
+
+def write_run(folder, kl):
+    rows = [
+        {"step": s, "sampler/success_rate": 0.5, "sampler/episode_return": 0.3, "sampler/token_entropy": 1.0,
+         "train/kl_sample_train_v1": k, "train/kl_sample_train_v2": abs(k) / 2}
+        for s, k in enumerate(kl)
+    ]  # fmt: skip
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def test_kl_panel_of_float_noise_spans_at_least_the_floor(tmp_path):
+    fig = plots.plot_diagnostics(write_run(tmp_path, [1e-6, -2e-6, 3e-6, 0.0]))
+    low, high = fig.axes[3].get_ylim()
+    assert high - low >= plots.KL_MIN_SPAN and low < 0 < high
+
+
+def test_kl_panel_of_a_real_gap_keeps_its_autoscale(tmp_path):
+    fig = plots.plot_diagnostics(write_run(tmp_path, [0.0, 0.2, 0.5, 0.3]))
+    low, high = fig.axes[3].get_ylim()
+    assert high == pytest.approx(0.5, abs=0.05) and high - low < 0.7
+
+
+def test_live_metrics_kl_panel_is_floored_too():
+    live = viewer.LiveMetrics(["train/kl_sample_train_v2"])
+    live.rows = [{"step": 0, "train/kl_sample_train_v2": 1e-7}, {"step": 1, "train/kl_sample_train_v2": 3e-7}]
+    low, high = live.figure().axes[0].get_ylim()
+    assert high - low >= plots.KL_MIN_SPAN
