@@ -109,12 +109,15 @@ class Config:
     num_env: int = chz.field(
         default=32, validator=_at_most(MAX_NUM_ENV, _env_cost), doc="environments played concurrently"
     )
+    group_size: int = chz.field(
+        default=1, validator=_positive, doc="envs per group that share one problem (GRPO's groups); must divide num_env"
+    )
     env_wrappers: str = chz.field(default="concat", doc="comma-separated GEM wrapper names")
     template: str = chz.field(default="qwen3_game", validator=_one_of(tuple(TEMPLATES)))
     # returns
     gamma: float = chz.field(default=0.9, validator=_in_range(0.0, 1.0))
     normalization: str = chz.field(
-        default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center' or 'group'"
+        default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center', 'group' or 'grpo'"
     )
     # asynchronous rollouts (gemlab/async_rollout.py)
     max_staleness: int = chz.field(
@@ -126,6 +129,9 @@ class Config:
     loss_fn: str = chz.field(default="importance_sampling", validator=_one_of(tuple(POLICY_LOSSES)))
     loss_fn_config: dict[str, float] | None = chz.field(
         default=None, doc="the loss's settings, e.g. loss_fn_config.clip_low_threshold=0.8 (ppo, cispo)"
+    )
+    num_minibatches: int = chz.field(
+        default=1, validator=_positive, doc="policy updates per batch: one forward_backward + optim_step per minibatch (PPO-style when > 1)"
     )
     # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
     warmup_steps: int = chz.field(default=0, validator=chz.validators.ge(0))
@@ -170,6 +176,15 @@ class Config:
         if unknown:
             takes = ", ".join(allowed) or "no settings"
             raise ValueError(f"loss_fn_config keys {unknown} are not used by loss_fn={self.loss_fn!r}; it takes: {takes}")
+
+    @chz.validate
+    def _groups(self) -> None:
+        if self.num_env % self.group_size:
+            raise ValueError(f"group_size must divide num_env ({self.num_env}), got {self.group_size}")
+        if self.normalization == "grpo" and self.group_size < 2:
+            raise ValueError("normalization='grpo' compares episodes of one problem: set group_size >= 2")
+        if self.num_minibatches > self.batch_size:
+            raise ValueError(f"num_minibatches must be at most batch_size ({self.batch_size}), got {self.num_minibatches}")
 
     @property
     def resolved_run_name(self) -> str:
@@ -261,9 +276,30 @@ def parse_value(key: str, text: str, annotation: Any) -> Any:
     raise ValueError(f"{key} must be {type_name(annotation)}, got {text!r}")
 
 
+def load_saved_config(path: str) -> dict[str, Any]:
+    """The fields of a run's saved ``config.json`` (one line naming the file when it is not one)."""
+    import json
+    from pathlib import Path
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / "config.json"
+    try:
+        saved = json.loads(file.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"config={path}: not a readable config.json ({type(error).__name__})") from None
+    unknown = sorted(set(saved) - set(chz.chz_fields(Config))) if isinstance(saved, dict) else ["(not a JSON object)"]
+    if unknown:
+        raise ValueError(f"config={path}: not a gemlab config.json (unknown keys {unknown})")
+    return saved
+
+
 def config_from_argv(argv: list[str]) -> Config:
-    """Parse ``[preset=NAME] key=value ...`` (``loss_fn_config.NAME=value`` for the loss's settings)."""
+    """Parse ``[preset=NAME | config=PATH] key=value ...`` (``loss_fn_config.NAME=value`` for the
+    loss's settings). ``config=`` starts from a run's saved ``config.json`` (or its folder), so
+    ``python -m gemlab.train config=RUN/config.json log_dir=/tmp/again`` reruns that run."""
     preset = "gem"
+    saved: dict[str, Any] | None = None
     overrides: dict[str, Any] = {}
     fields = chz.chz_fields(Config)
     for arg in argv:
@@ -273,6 +309,9 @@ def config_from_argv(argv: list[str]) -> Config:
         if key == "preset":
             preset = text
             continue
+        if key == "config":
+            saved = load_saved_config(text)
+            continue
         head, _, sub = key.partition(".")
         check_key(head)
         if head == "loss_fn_config" and sub:
@@ -281,13 +320,17 @@ def config_from_argv(argv: list[str]) -> Config:
             raise ValueError(f"{head} takes no sub-keys; write {head}=VALUE")
         else:
             overrides[head] = parse_value(key, text, fields[head].final_type)
+    if saved is not None:
+        if any(arg.startswith("preset=") for arg in argv):
+            raise ValueError("give preset= or config=, not both (a saved config already holds every field)")
+        return Config(**{**saved, **overrides})
     return make_config(preset, **overrides)
 
 
 def help_text() -> str:
     """What ``python -m gemlab.train --help`` prints: usage, presets, every key with its default."""
     lines = [
-        "usage: python -m gemlab.train [preset=gem|laptop] [key=value ...]",
+        "usage: python -m gemlab.train [preset=gem|laptop | config=RUN/config.json] [key=value ...]",
         "",
         "Trains GEM's REINFORCE + ReBN loop; writes <log_dir>/<run_name>/ and resumes a run found there.",
         f"presets: gem (GEM's defaults), laptop ({', '.join(f'{k}={v}' for k, v in LAPTOP.items())})",

@@ -16,6 +16,10 @@ from typing import Any
 import gem
 from gem.envs.registration import ENV_REGISTRY
 
+from gemlab.variants import register_variants
+
+register_variants()
+
 
 def known_env_ids() -> list[str]:
     """Every env id registered with GEM (games, reasoning-gym, math, qa, code, ...)."""
@@ -65,16 +69,22 @@ def wrapper_names(env_wrappers: str) -> list[str]:
     return names
 
 
-def make_envs(env_id: str, num_env: int, *, seed: int = 0, env_wrappers: str = "concat", tokenizer: Any = None) -> list[gem.Env]:
+def make_envs(
+    env_id: str, num_env: int, *, seed: int = 0, env_wrappers: str = "concat", tokenizer: Any = None, group_size: int = 1
+) -> list[gem.Env]:
     """``num_env`` envs of ``env_id``, each wrapped by ``env_wrappers`` (in order).
 
-    The first env's dataset, where it has one, is shared with the others so it loads once.
+    The first env's dataset, where it has one, is shared with the others so it loads once. With
+    ``group_size`` > 1, consecutive envs form groups of identical copies (same seed), so that
+    resetting a group with one seed gives all its members the same problem (GRPO's groups).
     """
     from gem.wrappers.wrapper_factory import TOKENIZER_REQUIRED, WRAPPER_FACTORY
 
     check_env_id(env_id)
     if num_env < 1:
         raise ValueError(f"num_env must be positive, got {num_env}")
+    if group_size < 1 or num_env % group_size:
+        raise ValueError(f"group_size must divide num_env ({num_env}), got {group_size}")
     # GEM's get_wrapper_fns, without its prints
     wrappers = [
         partial(WRAPPER_FACTORY[name], tokenizer=tokenizer) if name in TOKENIZER_REQUIRED and tokenizer is not None else WRAPPER_FACTORY[name]
@@ -85,7 +95,8 @@ def make_envs(env_id: str, num_env: int, *, seed: int = 0, env_wrappers: str = "
     dataset = getattr(envs[0], "dataset", None)
     extra = {"dataset": dataset} if dataset is not None else {}
     for index in range(1, num_env):
-        envs.append(gem.make(env_id, seed=seed * 10_007 + index, use_mp=False, **extra))
+        group = index // group_size
+        envs.append(gem.make(env_id, seed=seed * 10_007 + group if group else seed, use_mp=False, **extra))
     wrapped = []
     for env in envs:
         for wrap in wrappers:

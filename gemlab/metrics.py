@@ -18,9 +18,11 @@ DROP_RATE_WARNING = 0.05
 
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
-    """Return, success, turns and action length per episode; episodes dropped."""
+    """Return, success, turns and action length per episode; episodes dropped. Turns per won
+    episode are left out of a step that won no episode."""
     episodes = batch.episodes
-    return {
+    won = [e.num_turns for e in episodes if e.won]
+    return ({"sampler/num_turns_per_won_episode": float(np.mean(won))} if won else {}) | {
         "sampler/episode_return": float(np.mean([e.total_reward for e in episodes])),
         "sampler/success_rate": float(np.mean([e.won for e in episodes])),
         "sampler/num_turns_per_episode": float(np.mean([e.num_turns for e in episodes])),

@@ -19,6 +19,7 @@ LABELS = {
     "sampler/success_rate": "success rate (fraction of episodes won)",
     "sampler/episode_return": "episode return (sum of rewards)",
     "sampler/num_turns_per_episode": "turns per episode",
+    "sampler/num_turns_per_won_episode": "turns per won episode",
     "sampler/action_num_tokens": "action tokens per episode",
     "sampler/token_entropy": "token entropy estimate (nats)",
     "train/kl_sample_train_v1": "KL(sampler || learner), v1 (nats)",

@@ -19,6 +19,7 @@ NORMALIZATIONS = {
     "none": "raw discounted returns",
     "center": "G - batch mean (no scaling)",
     "group": "(G - group mean) / (group std + 1e-9) within transitions that share a state (GRPO-style)",
+    "grpo": "GRPO: each episode's total reward (gamma 1), normalized within its group of episodes on one problem, for every turn",
 }
 
 
@@ -83,8 +84,8 @@ def normalize(returns: Sequence[float], method: str = "rebn", groups: Sequence[H
         return [float(g) for g in returns]
     if method == "center":
         return center(returns)
-    if method == "group":
+    if method in ("group", "grpo"):
         if groups is None:
-            raise ValueError("normalization 'group' needs a group key per transition")
+            raise ValueError(f"normalization {method!r} needs a group key per return")
         return group_normalize(returns, groups)
     raise ValueError(f"Unknown normalization {method!r}. Known: {', '.join(NORMALIZATIONS)}")

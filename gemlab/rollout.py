@@ -43,6 +43,7 @@ class Episode:
 
     transitions: list[Transition] = field(default_factory=list)
     env_index: int = 0
+    group: tuple[int, int] | None = None  # (round, group) when envs play in groups that share a problem
 
     @property
     def total_reward(self) -> float:
@@ -176,10 +177,14 @@ async def collect_episode(
     temperature: float = 1.0,
     seed: int | None = None,
     env_index: int = 0,
+    reset_seed: int | None = None,
+    group: tuple[int, int] | None = None,
 ) -> Episode:
-    """Play one episode to its end; a sampling failure raises (the caller decides to drop it)."""
-    episode = Episode(env_index=env_index)
-    observation, _ = env.reset()
+    """Play one episode to its end; a sampling failure raises (the caller decides to drop it).
+
+    ``reset_seed`` resets the env with that seed (envs of one group get the same problem)."""
+    episode = Episode(env_index=env_index, group=group)
+    observation, _ = env.reset() if reset_seed is None else env.reset(seed=reset_seed)
     done = False
     while not done:
         obs_tokens = template.render(observation, tokenizer)
@@ -221,12 +226,16 @@ async def collect_batch(
     seed: int | None = None,
     progress: Any = None,
     retry_delays: Sequence[float] | None = None,
+    group_size: int = 1,
 ) -> RolloutBatch:
     """Play rounds of one episode per env, concurrently, until at least ``min_transitions``.
 
     Requests go out in lockstep (``TurnRounds``), retried after each of ``retry_delays``
     seconds (default ``RETRY_DELAYS``). An episode whose sampling still fails is dropped, as in GEM's example, but counted
     in ``num_dropped`` with its error kept; a round in which every episode fails raises.
+    With ``group_size`` > 1, each round resets consecutive envs in groups of that size with one
+    seed per group, so a group plays one problem ``group_size`` times (GRPO's groups; the envs
+    of a group must be identical copies, as ``make_envs(..., group_size=...)`` makes them).
     ``progress`` is an optional tqdm bar advanced by transitions.
     """
     batch = RolloutBatch(episodes=[])
@@ -245,6 +254,8 @@ async def collect_batch(
                     temperature=temperature,
                     seed=None if seed is None else request_seed(seed, round_index, index),
                     env_index=index,
+                    reset_seed=None if group_size == 1 else request_seed(seed or 0, round_index, index // group_size, 2),
+                    group=None if group_size == 1 else (round_index, index // group_size),
                 )
             finally:
                 rounds.finished()

@@ -7,7 +7,12 @@ Each step (GEM paper, Algorithm 1; GEM's Tinker example):
   4. normalize all returns in the batch (ReBN by default),
   5. subsample ``batch_size`` transitions and build one Datum each,
   6. ``forward_backward(..., "importance_sampling")`` then ``optim_step`` (Adam); ``loss_fn``
-     picks another of Tinker's policy-gradient losses (``ppo``, ``cispo``, ``dro``).
+     picks another of Tinker's policy-gradient losses (``ppo``, ``cispo``, ``dro``), and
+     ``num_minibatches`` > 1 splits the batch into that many updates (PPO-style).
+
+``normalization="grpo"`` with ``group_size`` > 1 is GRPO instead of steps 3-4: envs play in groups
+that share one problem, and every turn of an episode gets the episode's total reward normalized
+within its group (trajectory-level, gamma 1, as GRPO treats a whole episode as one response).
 
 With ``max_staleness = k > 0`` steps 1-2 run ahead, while earlier steps train
 (``gemlab.async_rollout``): each batch is sampled by weights at most ``k`` steps old, every
@@ -73,8 +78,12 @@ def prepare_transitions(
     for episode in batch.episodes:
         transitions.extend(episode.transitions)
         returns.extend(discounted_returns([t.reward for t in episode.transitions], gamma))
-    groups = [tuple(t.obs_tokens) for t in transitions] if normalization == "group" else None
-    advantages = normalize(returns, normalization, groups)
+    if normalization == "grpo":  # one advantage per episode, from its group, on every turn
+        scores = normalize([e.total_reward for e in batch.episodes], "grpo", [e.group for e in batch.episodes])
+        advantages = [score for episode, score in zip(batch.episodes, scores) for _ in episode.transitions]
+    else:
+        groups = [tuple(t.obs_tokens) for t in transitions] if normalization == "group" else None
+        advantages = normalize(returns, normalization, groups)
     if len(transitions) > batch_size:
         keep = rng.choice(len(transitions), batch_size, replace=False)
         transitions = [transitions[i] for i in keep]
@@ -172,7 +181,12 @@ class Trainer:
             )
             self.tokenizer = self.training_client.get_tokenizer()
             self.envs = make_envs(
-                config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=self.tokenizer
+                config.env_id,
+                config.num_env,
+                seed=config.seed,
+                env_wrappers=config.env_wrappers,
+                tokenizer=self.tokenizer,
+                group_size=config.group_size,
             )
             self._resume()
         except BaseException:
@@ -207,17 +221,17 @@ class Trainer:
         if not all(math.isfinite(x) for e in batch.episodes for t in e.transitions for x in t.act_logprobs):
             raise TrainingDiverged(self._diverged_message(step, "the sampler returned non-finite logprobs (the weights blew up)"))
         # ALGO LOGIC: 3-5. returns, normalization, subsampling, datums
+        rng = np.random.default_rng([config.seed, step])
         transitions, advantages = prepare_transitions(
-            batch,
-            gamma=config.gamma,
-            normalization=config.normalization,
-            batch_size=config.batch_size,
-            rng=np.random.default_rng([config.seed, step]),
+            batch, gamma=config.gamma, normalization=config.normalization, batch_size=config.batch_size, rng=rng
         )
         datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
-        # ALGO LOGIC: 6. update, then log and checkpoint: from here on the step always completes
+        # ALGO LOGIC: 6. one update on the whole batch, or (PPO-style) one per shuffled minibatch;
+        # then log and checkpoint: from here on the step always completes
         timeline.update(staleness_metrics(transitions, step))
-        update = asyncio.ensure_future(self._update(step, batch, transitions, datums, start, sample_time, timeline))
+        order = rng.permutation(len(datums)) if config.num_minibatches > 1 else np.arange(len(datums))
+        minibatches = [list(chunk) for chunk in np.array_split(order, config.num_minibatches)]
+        update = asyncio.ensure_future(self._update(step, batch, transitions, datums, minibatches, start, sample_time, timeline))
         return await _finish(update)
 
     async def sample_batch(self, step: int) -> RolloutBatch:
@@ -240,6 +254,7 @@ class Trainer:
                 temperature=config.temperature,
                 seed=request_seed(config.seed, index, 1),
                 progress=bar,
+                group_size=config.group_size,
             )
 
     async def _take_ahead(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
@@ -267,31 +282,41 @@ class Trainer:
         batch: RolloutBatch,
         transitions: list[Transition],
         datums: list[Any],
+        minibatches: list[list[int]],
         start: float,
         sample_time: float,
         timeline: dict[str, float],
     ) -> dict[str, float]:
         config = self.config
         train_start = time.time()
-        backward = await self.training_client.forward_backward_async(datums, config.loss_fn, loss_fn_config=config.loss_fn_config)
-        self._mid_update = True  # from here until the step is logged, weights and metrics may disagree
-        optim = await self.training_client.optim_step_async(adam_params(config.learning_rate))
-        if self._rollouts is not None:  # the new weights go to the sampler as soon as they exist
-            self._rollouts.publish(self.training_client.save_weights_and_get_sampling_client(), version=step + 1)
-        result = await backward.result_async()
-        self._check_finite(step, result.metrics)
-        try:
-            optim_result = await optim.result_async()
-        except ValueError as error:  # the local backend refuses a step that would make the weights non-finite
-            raise TrainingDiverged(self._diverged_message(step, str(error))) from None
-        self._check_finite(step, optim_result.metrics or {})
+        outputs: list[Any] = [None] * len(datums)
+        train: dict[str, list[float]] = {}  # the backend's metrics of every minibatch
+        for number, minibatch in enumerate(minibatches, 1):
+            backward = await self.training_client.forward_backward_async(
+                [datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config
+            )
+            self._mid_update = True  # from here until the step is logged, weights and metrics may disagree
+            optim = await self.training_client.optim_step_async(adam_params(config.learning_rate))
+            if self._rollouts is not None and number == len(minibatches):  # new weights go to the sampler at once
+                self._rollouts.publish(self.training_client.save_weights_and_get_sampling_client(), version=step + 1)
+            result = await backward.result_async()
+            self._check_finite(step, result.metrics)
+            try:
+                optim_result = await optim.result_async()
+            except ValueError as error:  # the local backend refuses a step that would make the weights non-finite
+                raise TrainingDiverged(self._diverged_message(step, str(error))) from None
+            self._check_finite(step, optim_result.metrics or {})
+            for index, output in zip(minibatch, result.loss_fn_outputs):
+                outputs[index] = output
+            for key, value in {**result.metrics, **(optim_result.metrics or {})}.items():
+                train.setdefault(key, []).append(float(value))
 
-        self.last_update = (transitions, result.loss_fn_outputs)
+        self.last_update = (transitions, outputs)
         metrics: dict[str, float] = {"step": float(step)}
         metrics.update(rollout_metrics(batch))
-        metrics.update(policy_metrics(transitions, result.loss_fn_outputs))
-        metrics.update({f"train/{k}": float(v) for k, v in result.metrics.items()})
-        metrics.update({f"train/{k}": float(v) for k, v in (optim_result.metrics or {}).items()})
+        metrics.update(policy_metrics(transitions, outputs))
+        # Tinker's metric names say how to combine them: "loss:sum" adds up, "grad_norm:mean" averages
+        metrics.update({f"train/{k}": sum(v) if k.endswith(":sum") else float(np.mean(v)) for k, v in train.items()})
         metrics["train/num_transitions"] = float(len(transitions))
         if batch.drop_rate > DROP_RATE_WARNING:
             warnings.warn(

