@@ -431,6 +431,8 @@ class Trainer:
             saved = json.loads(path.read_text())
         except ValueError as error:
             raise RunFolderError(f"{path} is damaged ({error}); delete it to reuse this run folder with the new config") from None
+        # a field the saved config lacks was added to gemlab after the run started: it had the default
+        saved = {**chz.asdict(Config()), **saved}
         changes = run_folder.config_changes(saved, chz.asdict(self.config))
         if not changes:
             return {}

@@ -322,3 +322,18 @@ def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path
     monkeypatch.setattr(RealTrainer, "_default_service_client", real)
     assert gemlab.train.main(argv) == 0
     assert _without_time(_rows(tmp_path / "r" / "metrics.jsonl")) == reference
+
+
+def test_a_field_added_after_the_run_started_counts_as_its_default(tmp_path: Path) -> None:
+    """A run folder written before a config field existed resumes when the new field keeps its
+    default, and is refused when it does not."""
+    run = _four_steps(tmp_path)
+    saved = json.loads((run / "config.json").read_text())
+    del saved["max_staleness"], saved["num_minibatches"]  # as a run from an older gemlab wrote it
+    (run / "config.json").write_text(json.dumps(saved))
+    trainer = _trainer(tmp_path, "damaged")
+    assert trainer.step_index == 4
+    trainer.close()
+    (run / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"different config \(num_minibatches 1 -> 2\)"):
+        Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="damaged", **SMALL, num_minibatches=2), progress=False)
