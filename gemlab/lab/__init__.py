@@ -7,7 +7,7 @@
 - ``app``: ``HyperparameterLab``, the widget that puts them together (notebook 07).
 """
 
-from gemlab.lab.app import HyperparameterLab
+from gemlab.lab.hyperparameter_lab import HyperparameterLab
 from gemlab.lab.controls import PRESETS, Controls
 
 __all__ = ["Controls", "HyperparameterLab", "PRESETS"]

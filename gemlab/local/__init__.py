@@ -17,7 +17,7 @@ from gemlab.local.rest import LocalBackendError, LocalRestClient
 from gemlab.local.runner import patch_tinker
 from gemlab.local.sampler import LocalSamplingClient
 from gemlab.local.service import LocalServiceClient
-from gemlab.local.training import LocalTrainingClient
+from gemlab.local.training_client import LocalTrainingClient
 
 __all__ = [
     "LocalServiceClient",

@@ -25,7 +25,7 @@ from gemlab.local.futures import SAMPLING, ClientFuture, client_future, complete
 from gemlab.local.models import CONTEXT_LENGTHS, PRESETS, choose_device, load_model, resolve_model_name
 from gemlab.local.rest import LocalRestClient, unavailable
 from gemlab.local.sampler import LocalSamplingClient
-from gemlab.local.training import LocalTrainingClient, check_compatible, sampler_from_checkpoint
+from gemlab.local.training_client import LocalTrainingClient, check_compatible, sampler_from_checkpoint
 
 if TYPE_CHECKING:
     from tinker.lib.retry_handler import RetryConfig

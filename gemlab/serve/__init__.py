@@ -10,7 +10,7 @@ with BackgroundServer(create_app(slot, model_name="gemlab/tiny", recorder=record
 """
 
 from gemlab.serve.app import create_app
-from gemlab.serve.background import BackgroundServer
+from gemlab.serve.server_thread import BackgroundServer
 from gemlab.serve.completions import Generation, SamplerSlot
 from gemlab.serve.recorder import Recorder
 

@@ -14,7 +14,7 @@ from gemlab.local import TINY, coverage
 from gemlab.local.rest import LocalBackendError, LocalRestClient
 from gemlab.local.sampler import LocalSamplingClient
 from gemlab.local.service import LocalServiceClient
-from gemlab.local.training import LocalTrainingClient
+from gemlab.local.training_client import LocalTrainingClient
 
 LOCAL = {
     "ServiceClient": LocalServiceClient,

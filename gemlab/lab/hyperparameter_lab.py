@@ -20,7 +20,7 @@ import pandas as pd
 
 from gemlab.backend import get_service_client, resolve_backend
 from gemlab.config import Config
-from gemlab.lab.background import eta_seconds, format_seconds, train_until
+from gemlab.lab.training_task import eta_seconds, format_seconds, train_until
 from gemlab.lab.comparison import SavedRun, comparison_figure, figure_png, find_runs, live_figure, load_run, runs_table
 from gemlab.lab.controls import PRESETS, Controls
 from gemlab.lab.watch import play_saved_policy
