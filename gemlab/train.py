@@ -8,6 +8,7 @@ and prints how to resume (exit 130 or 143).
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
@@ -90,4 +91,12 @@ def _plots(trainer: Trainer) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code in (130, 143):
+        # Interrupted: the checkpoint is saved and the folder unlocked, but a cancelled sampling batch
+        # may still be running on a local-backend worker thread; ending the interpreter around it
+        # can abort in C++ ("terminate called without an active exception"), so leave at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
