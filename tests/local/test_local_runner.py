@@ -70,20 +70,22 @@ SCRIPT = textwrap.dedent(
 )
 
 
+
+def _run_gemlab_local(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """``python -m gemlab.local ARGS`` in ``tmp_path`` (checkpoints under it, Tinker names mapped to
+    the default local model, ``env`` added); it must succeed."""
+    environment = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), **env}
+    environment.pop("GEMLAB_LOCAL_MODEL", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "gemlab.local", *args], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
 def test_tinker_script_runs_unmodified(tmp_path: Path):
     script = tmp_path / "train_tinker.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), "TINKER_API_KEY": ""}
-    env.pop("GEMLAB_LOCAL_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", str(script), "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run_gemlab_local(tmp_path, str(script), "2", TINKER_API_KEY="")
     lines = done.stdout.splitlines()
     assert [line.split(" loss")[0] for line in lines[:2]] == ["step 0", "step 1"]
     saved = next(line for line in lines if line.startswith("saved "))
@@ -187,17 +189,7 @@ def test_gem_style_script_loads_its_tokenizer_by_tinker_name(tmp_path: Path):
     with a Tinker model name, offline, the same tokenizer as the training client's."""
     script = tmp_path / "tinker_train.py"
     script.write_text(GEM_STYLE_SCRIPT)
-    env = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), "HF_HUB_OFFLINE": "1", "TINKER_API_KEY": ""}
-    env.pop("GEMLAB_LOCAL_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", str(script), "model_name=Qwen/Qwen3-8B-Base", "max_steps=2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run_gemlab_local(tmp_path, str(script), "model_name=Qwen/Qwen3-8B-Base", "max_steps=2", HF_HUB_OFFLINE="1", TINKER_API_KEY="")
     lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
     assert [line.split()[1] for line in lines] == ["0", "1"]
     assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
@@ -232,17 +224,7 @@ MODULE = textwrap.dedent(
 
 def test_runner_runs_a_module_with_tinker_patched(tmp_path: Path):
     (tmp_path / "tinker_job.py").write_text(MODULE)
-    env = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), "HF_HUB_OFFLINE": "1"}
-    env.pop("GEMLAB_LOCAL_MODEL", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", "-m", "tinker_job", "--flag", "x"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _run_gemlab_local(tmp_path, "-m", "tinker_job", "--flag", "x", HF_HUB_OFFLINE="1")
     assert done.stdout.strip().splitlines()[-1] == "module ok LocalServiceClient LocalRestClient"
 
 
