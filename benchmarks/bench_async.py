@@ -30,7 +30,7 @@ import chz
 import numpy as np
 
 from gemlab.config import Config, config_from_argv
-from gemlab.training import Trainer
+from gemlab.trainer import Trainer
 
 TARGET, LOWER, WINDOW, FINAL = 0.9, 0.8, 5, 10  # LOWER: a second threshold, for runs that stop short of 0.9
 

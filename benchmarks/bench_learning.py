@@ -29,7 +29,7 @@ import chz
 import numpy as np
 
 from gemlab.config import Config, config_from_argv
-from gemlab.training import Trainer
+from gemlab.trainer import Trainer
 
 WINDOW = 10
 LEGEND = {"rebn": "ReBN (GEM's default)", "none": "ReBN off (raw discounted returns)"}
@@ -38,7 +38,7 @@ LEGEND = {"rebn": "ReBN (GEM's default)", "none": "ReBN off (raw discounted retu
 def run_one(base: Config, seed: int, normalization: str, log_dir: str, save_to: Path | None) -> dict[str, float]:
     """One run of ``base`` with this seed and normalization; first/last-window success and wall time."""
     name = f"{normalization}-seed{seed}"
-    config = chz.replace(base, seed=seed, normalization=normalization, log_dir=log_dir, run_name=name)
+    config = chz.replace(base, seed=seed, advantage=normalization, log_dir=log_dir, run_name=name)
     start = time.time()
     trainer = Trainer(config, progress=False)
     try:

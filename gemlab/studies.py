@@ -16,7 +16,6 @@ be run again.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -26,8 +25,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from gemlab.config import Config, make_config
-from gemlab.run_folder import CONFIG_FILE
-from gemlab.training import CHECKPOINTS_FILE, METRICS_FILE, Trainer
+from gemlab.config import CONFIG_FILE
+from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, read_rows, read_run
+from gemlab.trainer import Trainer
 from gemlab.variants import GUESS_20, PRODUCTS_1DIGIT
 
 STUDIES = ("gamma", "algorithms")
@@ -44,10 +44,10 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
     "products": dict(model_name="gemlab/tiny-products", env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
 }
 METHODS: dict[str, dict[str, Any]] = {
-    "reinforce": dict(normalization="none"),
-    "rebn": dict(normalization="rebn"),
-    "grpo": dict(normalization="grpo", gamma=1.0, group_size=8),
-    "ppo": dict(normalization="rebn", loss_fn="ppo", num_minibatches=4),
+    "reinforce": dict(advantage="none"),
+    "rebn": dict(advantage="rebn"),
+    "grpo": dict(advantage="grpo", gamma=1.0, group_size=8),
+    "ppo": dict(advantage="rebn", loss_fn="ppo", num_minibatches=4),
 }
 METHOD_LABELS = {
     "reinforce": "REINFORCE (raw returns)",
@@ -78,18 +78,14 @@ def study_configs(study: str, root: str | Path = "data/figures", *, steps: int =
     ]
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
 def steps_done(config: Config) -> int:
     """Steps of this run already in its ``metrics.jsonl`` and safe to keep: all of them when the
     run finished, else those up to its last checkpoint (what the trainer resumes from)."""
     run_dir = Path(config.log_dir) / config.resolved_run_name
-    rows = _rows(run_dir / METRICS_FILE)
+    rows = read_rows(run_dir / METRICS_FILE).rows
     if len(rows) >= config.max_steps:
         return config.max_steps
-    checkpoints = _rows(run_dir / CHECKPOINTS_FILE)
+    checkpoints = read_rows(run_dir / CHECKPOINTS_FILE).rows
     return int(checkpoints[-1]["step"]) if checkpoints else 0
 
 
@@ -126,9 +122,9 @@ def load_study(folder: str | Path) -> dict[str, pd.DataFrame]:
     folder = Path(folder)
     runs = {}
     for path in sorted(folder.glob(f"*/{METRICS_FILE}")):
-        frame = pd.read_json(path, lines=True)
-        if len(frame) >= json.loads((path.parent / CONFIG_FILE).read_text())["max_steps"]:
-            runs[path.parent.name] = frame
+        run = read_run(path.parent)
+        if run.steps_done >= run.config["max_steps"]:
+            runs[run.name] = run.metrics
     if not runs:
         raise FileNotFoundError(f"no finished runs under {folder}: run `python benchmarks/reproduce_gem.py` first")
     return runs

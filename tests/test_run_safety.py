@@ -248,10 +248,10 @@ def chz_replace(config, **changes):
 
 def test_high_drop_rate_is_flagged(tmp_path: Path, monkeypatch) -> None:
     """Requests of env 0 always fail: after the retries its episodes are dropped, counted, warned about."""
-    import gemlab.rollout
+    import gemlab.episodes
     from gemlab.local import LocalServiceClient
 
-    monkeypatch.setattr(gemlab.rollout, "RETRY_DELAYS", (0.0,))
+    monkeypatch.setattr(gemlab.episodes, "RETRY_DELAYS", (0.0,))
 
     class EnvZeroDown(FaultyTraining):
         async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
@@ -285,11 +285,11 @@ def _wrapping(create, cls):
 def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path, monkeypatch, capsys, reference) -> None:
     """From step 3 on every request fails, retries included: the command saves step 3's state,
     prints one line with the resume command, exits 1; the rerun (sampler back) loses nothing."""
-    import gemlab.rollout
+    import gemlab.episodes
     import gemlab.train
-    from gemlab.training import Trainer as RealTrainer
+    from gemlab.trainer import Trainer as RealTrainer
 
-    monkeypatch.setattr(gemlab.rollout, "RETRY_DELAYS", (0.0, 0.0))
+    monkeypatch.setattr(gemlab.episodes, "RETRY_DELAYS", (0.0, 0.0))
 
     class DownFromStep3(FaultyTraining):
         async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
