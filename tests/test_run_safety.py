@@ -337,3 +337,22 @@ def test_a_field_added_after_the_run_started_counts_as_its_default(tmp_path: Pat
     (run / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"different config \(num_minibatches 1 -> 2\)"):
         Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="damaged", **SMALL, num_minibatches=2), progress=False)
+
+
+def test_a_config_with_the_old_normalization_field_resumes_unchanged(tmp_path: Path) -> None:
+    """``normalization`` was renamed ``advantage``: a run folder that saved the old name resumes
+    without counting it as a change, and ``read_run`` shows it under the new name."""
+    from gemlab.run_folder import read_run
+
+    run = _four_steps(tmp_path)
+    saved = json.loads((run / "config.json").read_text())
+    saved["normalization"] = saved.pop("advantage")
+    (run / "config.json").write_text(json.dumps(saved))
+    assert read_run(run).config["advantage"] == "rebn" and "normalization" not in read_run(run).config
+    trainer = _trainer(tmp_path, "damaged")
+    assert trainer.step_index == 4 and not (run / "config_changes.jsonl").exists()
+    trainer.close()
+    saved["normalization"] = "none"
+    (run / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"different config \(advantage 'none' -> 'rebn'\)"):
+        _trainer(tmp_path, "damaged")
