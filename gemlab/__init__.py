@@ -1,7 +1,9 @@
 """gemlab: train LLM agents with RL on GEM environments through the Tinker API.
 
 The package follows the pipeline, one module per step:
-templates -> envs -> rollout -> returns (ReBN) -> datums -> training -> plots.
+templates -> envs -> episodes -> returns (ReBN) -> datums -> step -> trainer -> plots.
+``gemlab/step.py`` is one training step on one screen; ``examples/gem_loop.py`` is GEM's whole
+loop in one file without gemlab.
 """
 
 from gemlab.backend import get_service_client

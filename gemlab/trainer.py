@@ -22,6 +22,7 @@ Tinker or the local backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import warnings
@@ -103,7 +104,8 @@ class _LoopThread:
             try:
                 return await coroutine
             finally:
-                caller.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+                with contextlib.suppress(RuntimeError):  # a caller that stopped waiting may have closed its loop
+                    caller.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
 
         future: Future[T] = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
         try:

@@ -15,7 +15,7 @@ from gemlab.studies import group_runs, run_configs, study_configs, summary_table
 from gemlab.step import prepare_transitions
 from gemlab.trainer import Trainer
 from gemlab.variants import GUESS_20, PRODUCTS_1DIGIT
-from tests.test_rollout import TEMPLATE, TOKENIZER, ScriptedSampler
+from tests.test_episodes import TEMPLATE, TOKENIZER, ScriptedSampler
 
 TINY = dict(batch_size=8, num_env=4, max_steps=2)
 

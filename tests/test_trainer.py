@@ -119,3 +119,25 @@ def test_context_manager_closes_and_unlocks(tmp_path):
         trainer.step()
     again = Trainer(config, progress=False)  # refused if the first still held the folder
     again.close()
+
+
+def test_astep_cancelled_from_a_foreign_loop_leaves_a_consistent_trainer(tmp_path):
+    """Cancelling ``await trainer.astep()`` (what Ctrl-C does to a notebook cell) waits until the
+    step has rolled back (cancelled while sampling) or finished (while updating); either way the
+    counter, history and metrics file agree and the next step goes on."""
+    import asyncio
+
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="cancel", **{**SMALL, "warmup_steps": 0})
+
+    async def cancel_soon(trainer):
+        task = asyncio.ensure_future(trainer.astep())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with Trainer(config, progress=False) as trainer:
+        asyncio.run(cancel_soon(trainer))
+        assert trainer.consistent
+        assert trainer.step_index == len(trainer.history) == len(_lines(trainer.run_dir / "metrics.jsonl"))
+        assert trainer.step()["step"] == trainer.step_index - 1
