@@ -272,7 +272,7 @@ class RunFolder:
             self._delete(staging)
         metrics, index = read_rows(self.path / METRICS_FILE), read_rows(self.path / CHECKPOINTS_FILE)
         for problem in metrics.problems + index.problems:
-            warnings.warn(problem, stacklevel=4)
+            warnings.warn(problem, stacklevel=3)
         step = 0
         for line in resume_candidates(index.rows, intact_steps(metrics.rows)):
             try:
@@ -281,13 +281,13 @@ class RunFolder:
                 warnings.warn(
                     f"checkpoint at step {line['step']} ({line['state_path']}) cannot be loaded ({str(error)[:200]}); "
                     "falling back to the one before",
-                    stacklevel=4,
+                    stacklevel=3,
                 )
                 continue
             step = int(line["step"])
             break
         if step == 0 and (metrics.rows or index.rows):
-            warnings.warn(f"no usable checkpoint in {self.path}: starting again from step 0", stacklevel=4)
+            warnings.warn(f"no usable checkpoint in {self.path}: starting again from step 0", stacklevel=3)
         if step > 0:
             print(f"resuming {self.path.name} from step {step}", file=sys.stderr)
         self.checkpoints = resume_candidates(index.rows, step)[::-1]

@@ -117,7 +117,9 @@ def test_context_manager_closes_and_unlocks(tmp_path):
     config = make_config("laptop", log_dir=str(tmp_path), run_name="ctx", **{**SMALL, "warmup_steps": 0})
     with Trainer(config, progress=False) as trainer:
         trainer.step()
+        trainer.save_checkpoint()
     again = Trainer(config, progress=False)  # refused if the first still held the folder
+    assert again.step_index == 1
     again.close()
 
 
