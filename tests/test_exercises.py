@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gemlab import exercises, solutions
-from gemlab.local.tiny import load_tiny_tokenizer
+from gemlab.tiny.model import load_tiny_tokenizer
 from gemlab.plots import smooth
 from gemlab.returns import discounted_returns, rebn
 

@@ -8,7 +8,7 @@ import pytest
 from tinker import types
 
 from gemlab.envs import make_envs
-from gemlab.local.tiny import load_tiny_tokenizer
+from gemlab.tiny.model import load_tiny_tokenizer
 from gemlab.rollout import collect_batch, collect_episode, end_of_turn_ids
 from gemlab.templates import get_template
 

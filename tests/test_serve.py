@@ -20,7 +20,7 @@ from gemlab.config import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
 from gemlab.local import TINY, LocalServiceClient
-from gemlab.local import sampler as local_sampler
+from gemlab.local import sampling_client
 from gemlab.serve import BackgroundServer, Recorder, SamplerSlot, create_app
 
 MESSAGES = [{"role": "user", "content": "Guess a number between 1 and 20. Answer in \\boxed{}."}]
@@ -177,13 +177,13 @@ def test_openai_client_raises_its_own_errors(client) -> None:
 
 def test_32_concurrent_requests_succeed_in_few_batches(served, monkeypatch) -> None:
     sizes: list[int] = []
-    run_group = local_sampler._batcher._run_group
+    run_group = sampling_client._batcher._run_group
 
     def counting(requests):
         sizes.append(len(requests))
         return run_group(requests)
 
-    monkeypatch.setattr(local_sampler._batcher, "_run_group", counting)
+    monkeypatch.setattr(sampling_client._batcher, "_run_group", counting)
 
     async def main() -> list:
         client = openai.AsyncOpenAI(base_url=served[0].url, api_key="local", max_retries=0)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gemlab.local.tiny import load_tiny_tokenizer
+from gemlab.tiny.model import load_tiny_tokenizer
 from gemlab.templates import TEMPLATES, get_template
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gemlab import viewer
 from gemlab.datums import policy_gradient_datum
-from gemlab.local.tiny import load_tiny_tokenizer
+from gemlab.tiny.model import load_tiny_tokenizer
 from gemlab.rollout import Episode, Transition
 from gemlab.templates import TEMPLATES, get_template
 

@@ -11,7 +11,8 @@ import tinker
 from tinker import types
 
 from gemlab.local import TINY, LocalServiceClient
-from gemlab.local.rest import LocalBackendError, LocalRestClient
+from gemlab.local.errors import LocalBackendError
+from gemlab.local.rest_client import LocalRestClient
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import TINY, lora, sampler
+from gemlab.local import TINY, lora, sampling_client
 from tests.local.helpers import nudge, rl_datum
 
 
@@ -97,13 +97,13 @@ def test_seeds_make_sampling_deterministic(service, trained, prompt):
 def test_concurrent_requests_run_as_one_batch(monkeypatch, trained, prompt):
     _, sampling = trained
     calls = []
-    real_generate = sampler.generate
+    real_generate = sampling_client.generate
 
     def counting(model, rows, *args):
         calls.append(len(rows))
         return real_generate(model, rows, *args)
 
-    monkeypatch.setattr(sampler, "generate", counting)
+    monkeypatch.setattr(sampling_client, "generate", counting)
     prompts = [prompt[: 10 + i % 7] for i in range(32)]
 
     async def concurrent():

@@ -8,16 +8,18 @@ tokens. It has Qwen3's chat markers (``<|im_start|>``, ``<|im_end|>``), so the `
 templates tokenize as they do for real Qwen3 models, and a byte-level alphabet, so any text can
 be encoded. The model is a Llama sized by ``TINY_SHAPE``; ``build_tiny_model`` gives it random
 weights from ``seed`` (``gemlab/tiny-random``) or the weights ``pretrain.py`` made
-(``gemlab/tiny``). Short prompts and a small output layer are what make an RL step take about a
+(``gemlab/tiny``); ``registry.py`` names each variant and writes it out as a Hugging Face folder. Short prompts and a small output layer are what make an RL step take about a
 second on a laptop.
 """
 
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from tokenizers import AddedToken
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -52,8 +54,7 @@ TINY_SHAPE = dict(
 def tokenizer_corpus() -> list[str]:
     """Text the tiny tokenizer is trained on: GuessTheNumber games (raw and as every template
     renders them through the ``concat`` wrapper), answers, and the templates themselves."""
-    import random
-
+    # lazy: gem (through gemlab.envs) is needed only to rebuild the tokenizer, not to load the model
     from gemlab.envs import make_envs
     from gemlab.templates import TEMPLATES
 
@@ -130,13 +131,24 @@ def add_token_rows(model: LlamaForCausalLM, vocab_size: int) -> None:
         model.get_input_embeddings().weight[len(trained) :] = trained.mean(0)
 
 
+def load_pretrained(model: LlamaForCausalLM, path: Path) -> LlamaForCausalLM:
+    """Load pretrained weights (a ``model.safetensors`` of the trained vocabulary) into a freshly
+    built tiny model (the output layer is tied to the embedding, so the file leaves it out)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; rebuild it with: python -m gemlab.tiny.pretrain")
+    missing, unexpected = model.load_state_dict(load_file(str(path)), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise ValueError(f"{path} does not fit the tiny model (missing {missing}, unexpected {unexpected})")
+    model.tie_weights()
+    return model
+
+
 def build_tiny_model(
-    seed: int = 0, *, pretrained: bool | str = False, chat_markers: bool = False, **overrides: int
+    seed: int = 0, *, weights: Path | None = None, chat_markers: bool = False, **overrides: int
 ) -> LlamaForCausalLM:
     """A Llama sized by ``TINY_SHAPE``, randomly initialised from ``seed`` (same seed, same
-    weights), or with ``pretrained=True`` the preset's shipped weights (``pretrain.py``); a base
-    name from ``pretrain.BASES`` (e.g. ``"gemlab/tiny-guess20"``) loads that base's weights; with
-    ``chat_markers`` it has rows for ``CHAT_FORMAT_TOKENS`` too."""
+    weights), or loaded from ``weights`` (a pretrained base's ``model.safetensors``, see
+    ``registry.weights_file``); with ``chat_markers`` it has rows for ``CHAT_FORMAT_TOKENS`` too."""
     tokenizer = load_tiny_tokenizer(chat_markers=chat_markers)
     config = LlamaConfig(
         vocab_size=trained_vocab_size(),
@@ -149,10 +161,8 @@ def build_tiny_model(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
-    if pretrained:
-        from gemlab.local.pretrain import BASES, load_pretrained
-
-        load_pretrained(model, BASES["gemlab/tiny" if pretrained is True else pretrained].weights)
+    if weights is not None:
+        load_pretrained(model, weights)
     if chat_markers:
         add_token_rows(model, len(tokenizer))
     return model

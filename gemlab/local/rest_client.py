@@ -17,23 +17,17 @@ import shutil
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tinker import RestClient, TinkerError, types
+from tinker import RestClient, types
 from tinker.lib.public_interfaces.api_future import APIFuture
 
 from gemlab.local import checkpoints
+from gemlab.local.errors import LocalBackendError, unavailable
 from gemlab.local.futures import completed, run_in_order
+from gemlab.local.models import server_capabilities
+from gemlab.local.sampling_client import LocalSamplingClient
 
 # checkpoint folder kind -> Tinker's checkpoint type
 CHECKPOINT_TYPES = {"weights": "training", "sampler_weights": "sampler", "external": "external"}
-
-
-class LocalBackendError(TinkerError):
-    """What the local backend cannot do, because it exists only on Tinker's servers."""
-
-
-def unavailable(what: str, why: str = "it exists only on Tinker's servers") -> NoReturn:
-    """Raise the local backend's error for ``what``."""
-    raise LocalBackendError(f"gemlab.local: {what} is not available on the local backend: {why}")
 
 
 class LocalRestClient(RestClient):
@@ -57,8 +51,6 @@ class LocalRestClient(RestClient):
     # ----- runs and checkpoints -------------------------------------------------------------
     def get_server_capabilities(self) -> APIFuture[types.GetServerCapabilitiesResponse]:
         """The local presets, as ``ServiceClient.get_server_capabilities``."""
-        from gemlab.local.service import server_capabilities
-
         return completed(server_capabilities())
 
     def list_checkpoints(self, training_run_id: types.ModelID) -> APIFuture[types.CheckpointsListResponse]:
@@ -145,9 +137,17 @@ class LocalRestClient(RestClient):
     ) -> APIFuture[str]:
         """A copy of the checkpoint under a new run id, as ``ServiceClient.copy_weights`` (there
         are no projects locally: ``destination_project_id`` is ignored)."""
-        from gemlab.local.service import LocalServiceClient
+        folder = checkpoints.resolve(path, self._root)
+        run_id = checkpoints.new_run_id()
+        kind = folder.parent.name if folder.parent.name in checkpoints.KINDS else "weights"
+        new_path = checkpoints.checkpoint_path(run_id, kind, folder.name)
+        checkpoints.register_run(run_id, self._root)
 
-        return LocalServiceClient(root=self._root).copy_weights(path, ttl_seconds=ttl_seconds)
+        def copy() -> str:
+            checkpoints.copy(folder, checkpoints.folder_of(new_path, self._root))
+            return new_path
+
+        return run_in_order(copy)
 
     def get_external_weights_urls(self, tinker_path: str) -> APIFuture[types.ExternalWeightsUrlsResponse]:
         """``file://`` URLs of the checkpoint's files (PEFT's adapter format), which never expire."""
@@ -162,8 +162,6 @@ class LocalRestClient(RestClient):
 
     def get_sampler(self, sampler_id: str) -> APIFuture[types.GetSamplerResponse]:
         """The base model of the live local sampler ``sampler_id`` (from ``get_sampler_handle``)."""
-        from gemlab.local.sampler import LocalSamplingClient
-
         sampler = LocalSamplingClient.from_sampler_handle(sampler_id)
         return completed(types.GetSamplerResponse(sampler_id=sampler_id, base_model=sampler.get_base_model()))
 

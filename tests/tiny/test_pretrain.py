@@ -1,4 +1,4 @@
-"""The tiny preset's pretraining (gemlab/local/pretrain.py), its shipped weights and its tokenizer."""
+"""The tiny preset's pretraining (gemlab/tiny/pretrain.py), its shipped weights and its tokenizer."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 import pytest
 import torch
 
-from gemlab.local import pretrain
-from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer
+from gemlab.tiny import pretrain, registry
+from gemlab.tiny.model import CHAT_FORMAT_TOKENS, TOKENIZER_FILE, build_tiny_model, load_tiny_tokenizer, tokenizer_corpus
 
 HINT = re.compile(r"you guessed (\d+), and the target number is (higher|lower) than")
 
@@ -66,7 +66,7 @@ def test_pretraining_lowers_the_loss(tokenizer):
 def test_the_shipped_base_plays_like_its_teacher(tokenizer):
     """gemlab/tiny answers in format and puts more than the sloppy player's spread on the
     bisection guess, but far from all of it: RL has something to sharpen."""
-    model = build_tiny_model(seed=0, pretrained=True)
+    model = registry.build(registry.TINY)
     before, numbers, after = pretrain.answer_tokens(tokenizer)
     states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=pretrain.SKILL, seed=99, tokenizer=tokenizer)
     middle, fmt = [], []
@@ -82,7 +82,7 @@ def test_the_shipped_base_plays_like_its_teacher(tokenizer):
 
 
 def test_the_random_preset_is_the_same_model_before_pretraining():
-    random_init, pretrained = build_tiny_model(seed=0), build_tiny_model(seed=0, pretrained=True)
+    random_init, pretrained = registry.build(registry.TINY_RANDOM), registry.build(registry.TINY)
     assert random_init.state_dict().keys() == pretrained.state_dict().keys()
     weight = "model.embed_tokens.weight"
     assert not torch.equal(random_init.state_dict()[weight], pretrained.state_dict()[weight])
@@ -116,8 +116,8 @@ def test_guess20_states_use_the_wide_range(tokenizer):
 
 
 def test_study_bases_are_their_own_weights():
-    weights = {name: build_tiny_model(pretrained=name).model.embed_tokens.weight for name in pretrain.BASES}
-    assert torch.equal(weights["gemlab/tiny"], build_tiny_model(pretrained=True).model.embed_tokens.weight)
+    weights = {name: registry.build(name).model.embed_tokens.weight for name in registry.BASES}
+    assert torch.equal(weights["gemlab/tiny"], registry.build(registry.TINY_CHAT).model.embed_tokens.weight[:-6])
     names = list(weights)
     assert all(not torch.equal(weights[a], weights[b]) for a in names for b in names if a < b)
 
@@ -129,8 +129,6 @@ def test_chat_format_tokens_are_single_and_change_no_other_text():
     from tokenizers import Tokenizer
 
     tokenizer = load_tiny_tokenizer(chat_markers=True)
-    from gemlab.local.tiny import CHAT_FORMAT_TOKENS, TOKENIZER_FILE, tokenizer_corpus
-
     for token in CHAT_FORMAT_TOKENS:
         assert len(tokenizer.encode(token, add_special_tokens=False)) == 1, token
     assert tokenizer.decode(tokenizer.encode("<think>\nhmm</think>\n\n5", add_special_tokens=False)) == "<think>\nhmm</think>\n\n5"
@@ -142,7 +140,7 @@ def test_chat_format_tokens_are_single_and_change_no_other_text():
 def test_the_new_tokens_rows_leave_the_base_sampling_as_before(tokenizer):
     """The appended rows sit at the embeddings' mean: the shipped base gives them (almost) no mass."""
     chat_tokenizer = load_tiny_tokenizer(chat_markers=True)
-    model = build_tiny_model(seed=0, pretrained=True, chat_markers=True)
+    model = registry.build(registry.TINY_CHAT)
     assert model.get_input_embeddings().weight.shape[0] == len(chat_tokenizer) == len(tokenizer) + 6
     new_ids = chat_tokenizer.convert_tokens_to_ids(["<think>", "</think>", "<tool_call>"])
     states = pretrain.game_states("game:GuessTheNumber-v0-easy", skill=pretrain.SKILL, seed=7, tokenizer=tokenizer)

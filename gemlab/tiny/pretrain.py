@@ -13,10 +13,10 @@ of them where it was played. A first stage with skill 1.0 teaches the bisection 
 second sets the sloppy mix.
 
 The result plays like its teacher: it wins about 0.45 of easy games, where bisection wins them
-all. That gap is what RL closes. ``python -m gemlab.local.pretrain`` rebuilds the shipped weights
-(``assets/tiny-base.safetensors``) deterministically in a few minutes on a CPU.
+all. That gap is what RL closes. ``python -m gemlab.tiny.pretrain`` rebuilds the shipped weights
+(``assets/tiny/model.safetensors``) deterministically in a few minutes on a CPU.
 
-The same recipe makes the two bases of the reproduction studies (``BASES``; ``--base NAME``):
+The same recipe makes the two bases of the reproduction studies (``registry.BASES``; ``--base NAME``):
 ``gemlab/tiny-guess20`` on GuessTheNumber 1-20 with 20 turns, and ``gemlab/tiny-products`` on
 one-digit products, where the "bisection guess" is the right product and the sloppy answer any
 number from 0 to 81 (``qwen3_general`` template, as GEM uses for reasoning tasks).
@@ -24,18 +24,21 @@ number from 0 to 81 (``qwen3_general`` template, as GEM uses for reasoning tasks
 
 from __future__ import annotations
 
+import argparse
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-ASSETS = Path(__file__).parent / "assets"
-WEIGHTS_FILE = ASSETS / "tiny-base.safetensors"
-ENV_ID = "game:GuessTheNumber-v0-easy"
+from gemlab.envs import make_envs
+from gemlab.rollout import end_of_turn_ids
+from gemlab.templates import get_template
+from gemlab.tiny import registry
+from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
+
+ENV_ID = registry.TINY_MODELS[registry.TINY].teacher_env
 PRODUCT_ANSWERS = range(0, 82)  # every product of two one-digit factors lies here
 SKILL = 0.25
 # (skill of the player whose answers are the targets, steps): first the bisection itself, then
@@ -56,21 +59,6 @@ class GameState:
     numbers: range
 
 
-@dataclass(frozen=True)
-class Base:
-    """A pretrained tiny base: the env its sloppy teacher plays and where its weights live."""
-
-    env_id: str
-    weights: Path
-
-
-BASES: dict[str, Base] = {
-    "gemlab/tiny": Base(ENV_ID, WEIGHTS_FILE),
-    "gemlab/tiny-guess20": Base("game:GuessTheNumber-v0-1to20", ASSETS / "tiny-guess20.safetensors"),
-    "gemlab/tiny-products": Base("rg:products-1digit", ASSETS / "tiny-products.safetensors"),
-}
-
-
 def teacher_probs(state: GameState, skill: float) -> dict[int, float]:
     """A player of this ``skill``: the bisection guess with probability ``skill``, else any
     number of the game's range."""
@@ -82,9 +70,6 @@ def teacher_probs(state: GameState, skill: float) -> dict[int, float]:
 def game_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterator[GameState]:
     """Endless turns of games the sloppy player of ``skill`` plays, with prompts rendered as the
     rollout renders them."""
-    from gemlab.envs import make_envs
-    from gemlab.templates import get_template
-
     rng = random.Random(seed)
     env = make_envs(env_id, 1, seed=seed, env_wrappers="concat")[0]
     game = env.unwrapped
@@ -109,9 +94,6 @@ def game_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterato
 def product_states(env_id: str, seed: int, tokenizer: Any) -> Iterator[GameState]:
     """Endless one-digit product questions, rendered as the rollout renders them; the "middle"
     (the answer the skilled teacher gives) is the right product."""
-    from gemlab.envs import make_envs
-    from gemlab.templates import get_template
-
     env = make_envs(env_id, 1, seed=seed, env_wrappers="concat")[0]
     template = get_template("qwen3_general")
     while True:
@@ -129,8 +111,6 @@ def teacher_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iter
 
 def answer_tokens(tokenizer: Any) -> tuple[list[int], dict[int, int], list[int]]:
     """The answer ``\\boxed{n}<|im_end|>`` as (tokens before n, token of each n, tokens after n)."""
-    from gemlab.rollout import end_of_turn_ids
-
     before = list(tokenizer.encode("\\boxed{", add_special_tokens=False))
     after = list(tokenizer.encode("}", add_special_tokens=False)) + end_of_turn_ids(tokenizer)[:1]
     numbers = {}
@@ -207,35 +187,17 @@ def pretrain(
     return losses
 
 
-def load_pretrained(model: Any, path: Path = WEIGHTS_FILE) -> Any:
-    """Load the shipped pretrained weights into a freshly built tiny model (the output layer is
-    tied to the embedding, so the file leaves it out)."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; rebuild it with: python -m gemlab.local.pretrain")
-    missing, unexpected = model.load_state_dict(load_file(str(path)), strict=False)
-    if unexpected or set(missing) - {"lm_head.weight"}:
-        raise ValueError(f"{path} does not fit the tiny model (missing {missing}, unexpected {unexpected})")
-    model.tie_weights()
-    return model
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    import argparse
-
-    from gemlab.local.tiny import build_tiny_model, load_tiny_tokenizer, trained_vocab_size
-
     parser = argparse.ArgumentParser(description="Rebuild a pretrained tiny base.")
-    parser.add_argument("--base", default="gemlab/tiny", choices=sorted(BASES), help="which base (default: gemlab/tiny)")
-    base = BASES[parser.parse_args(argv).base]
+    parser.add_argument("--base", default=registry.TINY, choices=registry.BASES, help="which base (default: gemlab/tiny)")
+    base = parser.parse_args(argv).base
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     model = build_tiny_model(seed=0)
-    losses = pretrain(model, load_tiny_tokenizer(), env_id=base.env_id)
-    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items() if name != "lm_head.weight"}
-    # the file keeps the tokenizer file's rows; build_tiny_model appends the chat-format tokens' rows
-    state["model.embed_tokens.weight"] = state["model.embed_tokens.weight"][: trained_vocab_size()].contiguous()
-    base.weights.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(base.weights))
-    print(f"loss per answer token: {losses[0]:.3f} -> {sum(losses[-20:]) / 20:.3f}; wrote {base.weights}")
+    losses = pretrain(model, load_tiny_tokenizer(), env_id=registry.TINY_MODELS[base].teacher_env)
+    registry.write_folder(base, model)
+    # the models that load this base's weights (gemlab/tiny-chat for gemlab/tiny) are rebuilt from them
+    registry.write_zoo([name for name, spec in registry.TINY_MODELS.items() if spec.weights_from == base and name != base])
+    print(f"loss per answer token: {losses[0]:.3f} -> {sum(losses[-20:]) / 20:.3f}; wrote {registry.folder(base)}")
 
 
 if __name__ == "__main__":

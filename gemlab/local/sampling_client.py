@@ -1,7 +1,7 @@
 """``LocalSamplingClient``: Tinker's ``SamplingClient`` on a local model.
 
 ``sample`` queues a request and returns a future at once; concurrent requests are batched
-into one generation (see ``sampling.py`` for the batching and what logprobs and stop tokens
+into one generation (see ``generation.py`` for the batching and what logprobs and stop tokens
 mean). Randomness is per request: ``SamplingParams.seed`` when given, else a seed derived
 from the client's seed and the request's position in this client's call order, and sample
 ``j`` of a request draws from ``(seed, j)``. Same seeds, same tokens, whatever else was in
@@ -23,7 +23,8 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 
 from gemlab.local import lora
 from gemlab.local.models import LoadedModel
-from gemlab.local.sampling import MAX_ROWS, Request, Row, SampleBatcher, generate
+from gemlab.local.errors import unavailable
+from gemlab.local.generation import MAX_ROWS, Request, Row, SampleBatcher, generate
 from gemlab.local.scoring import micro_batches, target_logprobs
 
 if TYPE_CHECKING:
@@ -189,8 +190,6 @@ class LocalSamplingClient(SamplingClient):
     def create(*args: Any, **kwargs: Any) -> NoReturn:
         """Tinker's internal factory needs a server connection; locally a sampler comes from
         ``create_sampling_client`` or ``save_weights_and_get_sampling_client``."""
-        from gemlab.local.rest import unavailable
-
         unavailable(
             "SamplingClient.create (Tinker's internal factory)",
             "use ServiceClient.create_sampling_client or TrainingClient.save_weights_and_get_sampling_client",

@@ -22,9 +22,10 @@ from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn,
 
 from gemlab.local import checkpoints, lora
 from gemlab.local.futures import SAMPLING, ClientFuture, client_future, completed, run_in_order
-from gemlab.local.models import CONTEXT_LENGTHS, PRESETS, choose_device, load_model, resolve_model_name
-from gemlab.local.rest import LocalRestClient, unavailable
-from gemlab.local.sampler import LocalSamplingClient
+from gemlab.local.models import choose_device, load_model, resolve_model_name, server_capabilities
+from gemlab.local.errors import unavailable
+from gemlab.local.rest_client import LocalRestClient
+from gemlab.local.sampling_client import LocalSamplingClient
 from gemlab.local.training_client import LocalTrainingClient, check_compatible, sampler_from_checkpoint
 
 if TYPE_CHECKING:
@@ -45,7 +46,6 @@ class LocalServiceClient(ServiceClient):
         self._device = choose_device(device)
         self._root = (Path(root).expanduser() if root is not None else checkpoints.default_root()).absolute()
         self._session_id = f"local-{uuid.uuid4().hex[:12]}"
-        self._runs = 0
 
     def __enter__(self) -> LocalServiceClient:
         return self
@@ -80,7 +80,7 @@ class LocalServiceClient(ServiceClient):
         spec = lora.LoraSpec(rank=rank, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed)
         local = resolve_model_name(base_model)
         run_seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-        run_id = self._new_run_id()
+        run_id = checkpoints.new_run_id()
         return client_future(
             lambda: LocalTrainingClient(
                 model=load_model(local, self._device),
@@ -214,17 +214,7 @@ class LocalServiceClient(ServiceClient):
         self, path: str, *, ttl_seconds: int | None = None, weights_access_token: str | None = None
     ) -> APIFuture[str]:
         """A copy of the checkpoint at ``path`` under a new run id; a future of its path."""
-        folder = checkpoints.resolve(path, self._root)
-        run_id = self._new_run_id()
-        kind = folder.parent.name if folder.parent.name in checkpoints.KINDS else "weights"
-        new_path = checkpoints.checkpoint_path(run_id, kind, folder.name)
-        checkpoints.register_run(run_id, self._root)
-
-        def copy() -> str:
-            checkpoints.copy(folder, checkpoints.folder_of(new_path, self._root))
-            return new_path
-
-        return run_in_order(copy)
+        return self.create_rest_client().copy_weights(path, ttl_seconds=ttl_seconds)
 
     def close(
         self, status: Literal["success", "errored", "interrupted"], detail: str | None = None
@@ -248,10 +238,6 @@ class LocalServiceClient(ServiceClient):
         unavailable("ServiceClient.holder (the HTTP connection holder)", "there is no server connection")
 
     # ----- helpers ------------------------------------------------------------------------
-    def _new_run_id(self) -> str:
-        self._runs += 1
-        return f"run-{uuid.uuid4().hex[:8]}-{self._runs}"
-
     def _from_state(
         self, path: str, base_model: str | None, user_metadata: dict[str, str] | None, with_optimizer: bool
     ) -> ClientFuture[LocalTrainingClient]:
@@ -259,7 +245,7 @@ class LocalServiceClient(ServiceClient):
         meta = checkpoints.load_meta(folder)
         if base_model is not None and resolve_model_name(base_model) != meta["local_model"]:
             raise ValueError(f"{path!r} was trained on {meta['local_model']!r}, not on {base_model!r}")
-        run_id = self._new_run_id()
+        run_id = checkpoints.new_run_id()
 
         def build() -> LocalTrainingClient:
             model = load_model(meta["local_model"], self._device)
@@ -282,13 +268,3 @@ class LocalServiceClient(ServiceClient):
 def _check_optimizer(optimizer: types.OptimizerConfig | None) -> None:
     if optimizer is not None and not isinstance(optimizer, types.AdamOptimizerConfig):
         raise ValueError(f"The local backend trains with AdamW only (types.AdamOptimizerConfig), got {optimizer!r}")
-
-
-def server_capabilities() -> types.GetServerCapabilitiesResponse:
-    """The local presets as Tinker's supported models."""
-    return types.GetServerCapabilitiesResponse(
-        supported_models=[
-            types.SupportedModel(model_name=name, max_context_length=CONTEXT_LENGTHS[name], trainable=True, sampleable=True)
-            for name in PRESETS
-        ]
-    )
