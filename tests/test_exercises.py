@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gemlab import exercises, solutions
+from gemlab.notebook import exercises, solutions
 from gemlab.tiny.model import load_tiny_tokenizer
 from gemlab.plots import smooth
 from gemlab.returns import discounted_returns, rebn
@@ -90,7 +90,7 @@ def test_reference_solution_passes_and_is_returned(name, capsys):
 def test_unattempted_stub_falls_back_to_the_solution(name, capsys):
     assert run_check(name, stub) is getattr(solutions, name)
     out = capsys.readouterr().out
-    assert "not attempted" in out and f"gemlab.solutions.{name}" in out
+    assert "not attempted" in out and f"gemlab.notebook.solutions.{name}" in out
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from gemlab.guessing import binary_search, random_consistent
+from gemlab.studies.guessing import binary_search, random_consistent
 
 
 def _play_bisection_in_gem(n: int, max_turns: int) -> tuple[list[int], list[bool]]:

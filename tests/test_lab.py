@@ -12,7 +12,7 @@ import pytest
 from gemlab import Trainer
 from gemlab.config import Config, make_config
 from gemlab.lab import HyperparameterLab
-from gemlab.lab.training_task import eta_seconds
+from gemlab.lab.background import eta_seconds
 from gemlab.lab.comparison import comparison_figure, find_runs, load_run, run_labels, runs_table
 from gemlab.lab.controls import Controls
 

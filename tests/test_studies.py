@@ -11,9 +11,11 @@ import pytest
 from gemlab import make_config
 from gemlab.envs import make_envs
 from gemlab.rollout import Episode, RolloutBatch, Transition, collect_batch
-from gemlab.studies import group_runs, run_configs, study_configs, summary_table
+from gemlab.studies.definitions import study_configs
+from gemlab.studies.figures import group_runs, summary_table
+from gemlab.studies.runner import run_configs
 from gemlab.training import Trainer, prepare_transitions
-from gemlab.variants import GUESS_20, PRODUCTS_1DIGIT
+from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
 from tests.test_rollout import TEMPLATE, TOKENIZER, ScriptedSampler
 
 TINY = dict(batch_size=8, num_env=4, max_steps=2)

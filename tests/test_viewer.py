@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 
 import pytest
 
-from gemlab import viewer
+from gemlab.notebook import viewer
 from gemlab.datums import policy_gradient_datum
 from gemlab.tiny.model import load_tiny_tokenizer
 from gemlab.rollout import Episode, Transition

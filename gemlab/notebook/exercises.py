@@ -9,7 +9,7 @@ gemlab's own implementation and
   got) when one does not; Jupyter shows just that message, not a traceback, and the cell still
   fails (so nbmake and tests see it),
 * when the stub is still unattempted (it raises ``NotImplementedError``), says so and returns the
-  reference solution from :mod:`gemlab.solutions`, so the rest of the notebook still runs.
+  reference solution from :mod:`gemlab.notebook.solutions`, so the rest of the notebook still runs.
 
 Use the returned function from then on: ``my_returns = check_discounted_returns(my_returns)``.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gemlab import solutions
+from gemlab.notebook import solutions
 from gemlab.rollout import Episode, Transition
 
 TOLERANCE = 1e-6
@@ -136,7 +136,7 @@ def _run_check(name: str, fn: Callable[..., Any], body: Callable[[Callable[..., 
     except _Unattempted:
         print(
             f"○ {name}: not attempted yet (the stub raises NotImplementedError).\n"
-            f"   Using the reference solution gemlab.solutions.{name} so the rest of the notebook runs.\n"
+            f"   Using the reference solution gemlab.notebook.solutions.{name} so the rest of the notebook runs.\n"
             f"   Write your version in the cell above and re-run both cells to check it."
         )
         return getattr(solutions, name)
@@ -416,7 +416,7 @@ def check_moving_average(fn: Callable[[Sequence[float], int], Sequence[float]]) 
     return _run_check("moving_average", fn, body)
 
 
-#: Every check, by the name of the solution it falls back to (``gemlab.solutions.<name>``).
+#: Every check, by the name of the solution it falls back to (``gemlab.notebook.solutions.<name>``).
 CHECKS: dict[str, Callable[..., Callable[..., Any]]] = {
     "perplexity": check_perplexity,
     "chat_prompt": check_chat_prompt,

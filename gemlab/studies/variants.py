@@ -47,4 +47,4 @@ def register_variants() -> None:
     if GUESS_20 not in ENV_REGISTRY:
         register(GUESS_20, "gem.envs.game_env.guess_the_number:GuessTheNumberEnv", min_number=1, max_number=20, max_turns=20)
     if PRODUCTS_1DIGIT not in ENV_REGISTRY:
-        register(PRODUCTS_1DIGIT, "gemlab.variants:OneDigitProductsEnv")
+        register(PRODUCTS_1DIGIT, "gemlab.studies.variants:OneDigitProductsEnv")

@@ -1,7 +1,7 @@
 """Reference solutions to the notebook exercises. Spoilers: try each exercise first!
 
 Each function is written the plain way a learner might write it (not by calling gemlab's own
-implementation), so that comparing the two in ``gemlab.exercises`` means something. When a
+implementation), so that comparing the two in ``gemlab.notebook.exercises`` means something. When a
 notebook's exercise stub is left unattempted, its check cell loads the matching function from
 here so the rest of the notebook still runs.
 """
