@@ -24,8 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from gemlab.datums import policy_gradient_datum
+from gemlab.envs import make_envs
 from gemlab.notebook import solutions
+from gemlab.plots import smooth
+from gemlab.returns import discounted_returns, rebn
 from gemlab.rollout import Episode, Transition
+from gemlab.templates import get_template
 
 TOLERANCE = 1e-6
 
@@ -171,8 +176,6 @@ def check_perplexity(fn: Callable[[Sequence[float]], float]) -> Callable[[Sequen
 def check_chat_prompt(fn: Callable[[str], str], tokenizer: Any) -> Callable[[str], str]:
     """``fn(observation) -> prompt text``, compared with the tokenizer's own chat template
     (gemlab's ``chat`` template) for one user turn with the assistant's turn opened."""
-    from gemlab.templates import get_template
-
     template = get_template("chat")
     cases = [
         "Hello!",
@@ -235,8 +238,6 @@ def _transcript(episode: Episode) -> str:
 def check_binary_search_policy(fn: Callable[[str], str]) -> Callable[[str], str]:
     """``fn(observation) -> action`` must win GuessTheNumber for every secret number, on the easy
     (1..10 in 4 turns) and hard (1..50 in 7 turns) levels, and on 20 random-level games."""
-    from gemlab.envs import make_envs
-
     def body(fn: Callable[..., Any]) -> str:
         def policy(observation: str) -> str:
             action = _call(fn, "binary_search_policy", observation)
@@ -271,8 +272,6 @@ def check_binary_search_policy(fn: Callable[[str], str]) -> Callable[[str], str]
 # ----- 03_returns_and_rebn --------------------------------------------------------------------
 def check_discounted_returns(fn: Callable[[Sequence[float], float], Sequence[float]]) -> Callable[[Sequence[float], float], Sequence[float]]:
     """``fn(rewards, gamma) -> returns``, compared with ``gemlab.returns.discounted_returns``."""
-    from gemlab.returns import discounted_returns
-
     cases = [
         ([0.0, 0.0, 1.0], 0.9),
         ([-0.1], 0.9),
@@ -301,8 +300,6 @@ def check_discounted_returns(fn: Callable[[Sequence[float], float], Sequence[flo
 
 def check_rebn(fn: Callable[[Sequence[float]], Sequence[float]]) -> Callable[[Sequence[float]], Sequence[float]]:
     """``fn(returns) -> advantages``, compared with ``gemlab.returns.rebn``."""
-    from gemlab.returns import rebn
-
     rng = np.random.default_rng(3)
     cases = [
         [1.0, 2.0, 3.0],
@@ -333,8 +330,6 @@ def check_rebn(fn: Callable[[Sequence[float]], Sequence[float]]) -> Callable[[Se
 def check_action_mask(fn: Callable[[int, int], Sequence[float]]) -> Callable[[int, int], Sequence[float]]:
     """``fn(num_prompt_tokens, num_action_tokens) -> mask``, compared with where
     ``gemlab.datums.policy_gradient_datum`` puts a non-zero advantage."""
-    from gemlab.datums import policy_gradient_datum
-
     cases = [(5, 3), (1, 1), (2, 4), (10, 1), (7, 7)]
 
     def body(fn: Callable[..., Any]) -> str:
@@ -395,8 +390,6 @@ def check_importance_sampling_loss(fn: Callable[[Any, Any, Any], Any]) -> Callab
 # ----- 05_plotting_results --------------------------------------------------------------------
 def check_moving_average(fn: Callable[[Sequence[float], int], Sequence[float]]) -> Callable[[Sequence[float], int], Sequence[float]]:
     """``fn(values, window) -> smoothed``, compared with ``gemlab.plots.smooth`` (trailing mean)."""
-    from gemlab.plots import smooth
-
     rng = np.random.default_rng(5)
     cases = [([1.0, 2.0, 3.0, 4.0], 2), ([5.0], 3), ([0.2, 0.4, 0.1], 1), (rng.random(30).round(3).tolist(), 5), ([0.0, 1.0, 0.0, 1.0], 10)]
 

@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gemlab.plots import KL_MIN_SPAN, LABELS, floor_y_span
 from gemlab.returns import discounted_returns
-from gemlab.rollout import Episode
+from gemlab.rollout import Episode, Transition
+from gemlab.templates import TEMPLATES, get_template
 
 # Pastel backgrounds that alternate between neighbouring tokens; dark text stays readable on them
 # in JupyterLab's light and dark themes alike.
@@ -138,8 +140,6 @@ def render_tokens(
 
 def compare_templates(observation: str, tokenizer: Any, names: Sequence[str] | None = None) -> Html:
     """One card per template: its name, description, token count and the prompt as token spans."""
-    from gemlab.templates import TEMPLATES, get_template
-
     cards = []
     for name in names or list(TEMPLATES):
         template = get_template(name)
@@ -157,8 +157,6 @@ def compare_templates(observation: str, tokenizer: Any, names: Sequence[str] | N
 
 def template_token_counts(observations: Sequence[str], tokenizer: Any, names: Sequence[str] | None = None) -> pd.DataFrame:
     """Prompt length in tokens for each observation (rows) under each template (columns)."""
-    from gemlab.templates import TEMPLATES, get_template
-
     names = list(names or TEMPLATES)
     rows = []
     for observation in observations:
@@ -466,7 +464,6 @@ class LiveMetrics:
     """
 
     def __init__(self, metrics: Sequence[str], *, title: str = "Live training metrics", labels: Mapping[str, str] | None = None) -> None:
-        from gemlab.plots import LABELS
 
         self.metrics = list(metrics)
         self.title = title
@@ -495,8 +492,6 @@ class LiveMetrics:
         """The current figure: one panel per metric against the training step."""
         import matplotlib.pyplot as plt
         from matplotlib.ticker import MaxNLocator
-
-        from gemlab.plots import KL_MIN_SPAN, floor_y_span
 
         frame = pd.DataFrame(self.rows)
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
@@ -538,9 +533,6 @@ class InteractiveGame:
     def __init__(self, env: Any, *, gamma: float | None = None) -> None:
         import ipywidgets as widgets
 
-        from gemlab.rollout import Transition
-
-        self._transition = Transition
         self.env = env
         self.gamma = gamma
         self.episode = Episode()
@@ -586,7 +578,7 @@ class InteractiveGame:
         next_observation, reward, terminated, truncated, _ = self.env.step(action)
         self.done = bool(terminated or truncated)
         self.episode.transitions.append(
-            self._transition(obs_tokens=[], act_tokens=[], act_logprobs=[], reward=float(reward), done=self.done, observation=self.observation, action=action)
+            Transition(obs_tokens=[], act_tokens=[], act_logprobs=[], reward=float(reward), done=self.done, observation=self.observation, action=action)
         )
         self.observation = next_observation
         self.action_box.value = ""

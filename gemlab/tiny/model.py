@@ -20,9 +20,11 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from tokenizers import AddedToken
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from gemlab.envs import make_envs
+from gemlab.templates import TEMPLATES
 
 TOKENIZER_FILE = Path(__file__).parent / "assets" / "tiny-tokenizer.json"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -54,10 +56,6 @@ TINY_SHAPE = dict(
 def tokenizer_corpus() -> list[str]:
     """Text the tiny tokenizer is trained on: GuessTheNumber games (raw and as every template
     renders them through the ``concat`` wrapper), answers, and the templates themselves."""
-    # lazy: gem (through gemlab.envs) is needed only to rebuild the tokenizer, not to load the model
-    from gemlab.envs import make_envs
-    from gemlab.templates import TEMPLATES
-
     rng = random.Random(0)
     templates = [template for template in TEMPLATES.values() if template.renders_text]
     texts: list[str] = []
