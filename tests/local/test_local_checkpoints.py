@@ -11,7 +11,7 @@ from tinker import types
 
 from gemlab.local import TINY, LocalServiceClient, checkpoints
 from gemlab.tiny import registry
-from tests.local.helpers import nudge, rl_datum, sft_datum, weights
+from tests.helpers.local import nudge, rl_datum, sft_datum, weights
 
 ADAM = types.AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
 

@@ -2,7 +2,7 @@
 
 As a script, it runs ``python -m gemlab.train`` with a real SIGKILL at the chosen point:
 
-    python tests/faults.py POINT:STEP key=value ...
+    python tests/helpers/faults.py POINT:STEP key=value ...
 
 POINT is ``sample`` (the 3rd sampling request of step STEP), ``forward_backward`` or
 ``optim_step`` (of step STEP), ``save_state`` (inside the local backend's write of the checkpoint

@@ -11,7 +11,7 @@ import torch
 from tinker import types
 
 from gemlab.local import TINY, lora, sampling_client
-from tests.local.helpers import nudge, rl_datum
+from tests.helpers.local import nudge, rl_datum
 
 
 def params(**kwargs) -> types.SamplingParams:

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from gemlab.notebook import exercises, solutions
-from gemlab.tiny.model import load_tiny_tokenizer
 from gemlab.plots import smooth
 from gemlab.returns import discounted_returns, rebn
+from gemlab.tiny.model import load_tiny_tokenizer
 
 TOKENIZER = load_tiny_tokenizer()
 

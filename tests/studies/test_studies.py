@@ -14,9 +14,9 @@ from gemlab.rollout import Episode, RolloutBatch, Transition, collect_batch
 from gemlab.studies.definitions import study_configs
 from gemlab.studies.figures import group_runs, summary_table
 from gemlab.studies.runner import run_configs
-from gemlab.training import Trainer, prepare_transitions
 from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
-from tests.test_rollout import TEMPLATE, TOKENIZER, ScriptedSampler
+from gemlab.training import Trainer, prepare_transitions
+from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
 TINY = dict(batch_size=8, num_env=4, max_steps=2)
 

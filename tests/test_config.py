@@ -1,29 +1,9 @@
-"""Env creation and config validation: bad input fails with one clear message."""
+"""Config validation and presets: bad input fails with one clear message."""
 
 import chz
 import pytest
 
-from gemlab.backend import BackendError, get_service_client, resolve_backend
 from gemlab.config import Config, config_from_argv, make_config
-from gemlab.envs import check_env_id, make_envs, wrapper_names
-
-
-def test_make_envs_is_reproducible_from_seed():
-    first = [env.reset()[0] for env in make_envs("game:GuessTheNumber-v0-easy", 4, seed=3)]
-    second = [env.reset()[0] for env in make_envs("game:GuessTheNumber-v0-easy", 4, seed=3)]
-    assert first == second
-    assert len(first) == 4
-
-
-def test_unknown_env_id_names_closest():
-    with pytest.raises(ValueError, match="Unknown GEM env id 'game:GuessTheNumber-v0'.*game:GuessTheNumber-v0-easy"):
-        check_env_id("game:GuessTheNumber-v0")
-
-
-def test_unknown_wrapper():
-    assert wrapper_names("concat") == ["concat"]
-    with pytest.raises(ValueError, match="Unknown GEM wrapper.*'concatt'"):
-        wrapper_names("concatt")
 
 
 @pytest.mark.parametrize(
@@ -54,12 +34,3 @@ def test_presets_and_argv():
     with pytest.raises(ValueError, match="Unknown preset 'big'"):
         config_from_argv(["preset=big"])
     assert chz.asdict(c)["seed"] == 3
-
-
-def test_real_tinker_without_key_names_local_backend(monkeypatch):
-    monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    assert resolve_backend("auto") == "local"
-    with pytest.raises(BackendError, match="TINKER_API_KEY.*backend='local'"):
-        get_service_client("tinker")
-    monkeypatch.setenv("TINKER_API_KEY", "tml-dummy")
-    assert resolve_backend("auto") == "tinker"

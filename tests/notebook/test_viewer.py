@@ -6,11 +6,11 @@ matplotlib.use("Agg")
 
 import pytest
 
-from gemlab.notebook import viewer
 from gemlab.datums import policy_gradient_datum
-from gemlab.tiny.model import load_tiny_tokenizer
+from gemlab.notebook import viewer
 from gemlab.rollout import Episode, Transition
 from gemlab.templates import TEMPLATES, get_template
+from gemlab.tiny.model import load_tiny_tokenizer
 
 TOKENIZER = load_tiny_tokenizer()
 
