@@ -16,7 +16,7 @@ from gemlab.lab.background import eta_seconds
 from gemlab.lab.comparison import comparison_figure, find_runs, load_run, run_labels, runs_table
 from gemlab.lab.controls import Controls
 
-DATA_RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
+DATA_RUNS = Path(__file__).resolve().parents[2] / "data" / "runs"
 SMALL = dict(batch_size=8, num_env=4, max_steps=2)
 
 
