@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from gemlab.config import Config, make_config
 from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
+from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS
 
 STUDIES = ("gamma", "algorithms")
 SEEDS = (0, 1, 2)
@@ -25,10 +26,10 @@ STEPS = 40  # per run; the whole regeneration's time is in the README and notebo
 GAMMAS = (0.5, 0.9, 1.0)
 # Shared by every run: the laptop preset (gemlab/tiny family, lr 2e-3, LoRA rank 8) at batch 64.
 COMMON: dict[str, Any] = dict(batch_size=64, save_every=10)
-GAMMA_SETTING: dict[str, Any] = dict(model_name="gemlab/tiny-guess20", env_id=GUESS_20, num_env=8)
+GAMMA_SETTING: dict[str, Any] = dict(model_name=TINY_GUESS20, env_id=GUESS_20, num_env=8)
 ENVIRONMENTS: dict[str, dict[str, Any]] = {
-    "guess": dict(model_name="gemlab/tiny", env_id="game:GuessTheNumber-v0-easy", num_env=32),
-    "products": dict(model_name="gemlab/tiny-products", env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
+    "guess": dict(model_name=TINY, env_id="game:GuessTheNumber-v0-easy", num_env=32),
+    "products": dict(model_name=TINY_PRODUCTS, env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
 }
 METHODS: dict[str, dict[str, Any]] = {
     "reinforce": dict(normalization="none"),
