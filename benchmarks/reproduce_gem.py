@@ -1,5 +1,5 @@
 """Regenerate ``data/figures``: the GEM paper's discount-factor study and algorithm comparison at
-laptop scale (gemlab/studies.py defines the runs; notebook 08 plots them).
+laptop scale (gemlab/studies/definitions.py defines the runs; notebook 08 plots them).
 
     python benchmarks/reproduce_gem.py                       # both studies, 3 seeds, 40 steps each
     python benchmarks/reproduce_gem.py --study gamma --seeds 0 --steps 10 --root /tmp/try
@@ -22,7 +22,9 @@ import pandas as pd
 
 from gemlab.plots import save_figure
 
-from gemlab.studies import SEEDS, STEPS, STUDIES, algorithms_figure, gamma_figure, run_configs, study_configs, summary_table
+from gemlab.studies.definitions import SEEDS, STEPS, STUDIES, study_configs
+from gemlab.studies.figures import algorithms_figure, gamma_figure, summary_table
+from gemlab.studies.runner import run_configs
 
 FIGURES = {"gamma": gamma_figure, "algorithms": algorithms_figure}
 

@@ -25,7 +25,7 @@ def resolve_backend(backend: str = "auto") -> str:
 def get_service_client(backend: str = "auto", **kwargs: Any) -> Any:
     """A Tinker ``ServiceClient`` (real) or ``gemlab.local.LocalServiceClient`` (in-process)."""
     if resolve_backend(backend) == "local":
-        from gemlab.local import LocalServiceClient
+        from gemlab.local import LocalServiceClient  # lazy: real Tinker runs never load the emulator (PEFT, transformers)
 
         return LocalServiceClient(**kwargs)
     if not (os.environ.get("TINKER_API_KEY") or kwargs.get("api_key")):

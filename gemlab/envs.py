@@ -16,7 +16,7 @@ from typing import Any
 import gem
 from gem.envs.registration import ENV_REGISTRY
 
-from gemlab.variants import register_variants
+from gemlab.studies.variants import register_variants
 
 register_variants()
 

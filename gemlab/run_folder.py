@@ -40,7 +40,6 @@ import chz
 import pandas as pd
 
 from gemlab.config import CONFIG_FILE, Config, check_run_name, upgrade_saved_config
-from gemlab.local.checkpoints import SCHEME, folder_of
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
@@ -316,6 +315,8 @@ class RunFolder:
         root = self.local_checkpoints
         if not root.is_dir():
             return 0
+        from gemlab.local.checkpoints import SCHEME, folder_of  # lazy: real Tinker runs never load the emulator
+
         named = [line["state_path"] for line in self.checkpoints]
         keep = {folder_of(path, root) if path.startswith(SCHEME) else Path(path) for path in named}
         keep = {path.resolve() for path in keep}

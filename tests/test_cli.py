@@ -52,6 +52,7 @@ def test_bad_input_is_one_line_exit_2_and_no_files(tmp_path: Path, capsys, monke
     assert not log_dir.exists()
 
 
+@pytest.mark.slow
 def test_help_lists_every_key_and_exits_0() -> None:
     result = subprocess.run([sys.executable, "-m", "gemlab.train", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stderr == ""

@@ -3,35 +3,12 @@
 import asyncio
 
 import numpy as np
-
 import pytest
 from tinker import types
 
 from gemlab.envs import make_envs
-from gemlab.local.tiny import load_tiny_tokenizer
 from gemlab.episodes import collect_batch, collect_episode, end_of_turn_ids
-from gemlab.templates import get_template
-
-TOKENIZER = load_tiny_tokenizer()
-TEMPLATE = get_template("qwen3_game")
-
-
-class ScriptedSampler:
-    """Answers every prompt with the next guess of a fixed list, as a sampling client would."""
-
-    def __init__(self, guesses, fail_on=()):
-        self.guesses, self.fail_on, self.calls, self.prompts = list(guesses), set(fail_on), 0, []
-
-    async def sample_async(self, prompt, num_samples, sampling_params):
-        self.calls += 1
-        self.prompts.append(prompt.to_ints())
-        if self.calls in self.fail_on:
-            raise ConnectionError(f"sampler down on call {self.calls}")
-        assert sampling_params.stop == end_of_turn_ids(TOKENIZER)
-        text = f"\\boxed{{{self.guesses[(self.calls - 1) % len(self.guesses)]}}}"
-        tokens = TOKENIZER.encode(text, add_special_tokens=False) + end_of_turn_ids(TOKENIZER)
-        sequence = types.SampledSequence(stop_reason="stop", tokens_np=np.array(tokens), logprobs_np=np.full(len(tokens), -0.5), sequence_id=0)
-        return types.SampleResponse(sequences=[sequence])
+from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
 
 def _play(guesses):

@@ -8,7 +8,8 @@ matplotlib.use("Agg")
 
 import pytest
 
-from gemlab import plots, viewer
+from gemlab import plots
+from gemlab.notebook import viewer
 
 
 def write_run(folder, kl):

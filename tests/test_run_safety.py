@@ -1,6 +1,6 @@
 """Runs that survive kills, interrupts and each other, and lose nothing.
 
-Each crash case kills a real ``python -m gemlab.train`` at an exact point (``tests/faults.py``),
+Each crash case kills a real ``python -m gemlab.train`` at an exact point (``tests/helpers/faults.py``),
 runs the same command again, and checks that the metrics equal those of a run that was never
 interrupted (time fields aside), with no row duplicated, missing or cut, and no file left over.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gemlab import Trainer, make_config
-from tests.faults import FaultyService, FaultyTraining
+from tests.helpers.faults import FaultyService, FaultyTraining
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(batch_size=32, num_env=8, max_steps=6, save_every=2)
@@ -29,7 +29,7 @@ ENV = {**os.environ, "GEMLAB_THREADS": "1", "PYTHONPATH": str(ROOT), "TINKER_API
 
 
 def _train(log_dir: Path, *extra: str, fault: str | None = None, wait: bool = True) -> subprocess.CompletedProcess | subprocess.Popen:
-    command = [sys.executable, *(["tests/faults.py", fault] if fault else ["-m", "gemlab.train"]), *ARGS, f"log_dir={log_dir}", "run_name=r", *extra]
+    command = [sys.executable, *(["tests/helpers/faults.py", fault] if fault else ["-m", "gemlab.train"]), *ARGS, f"log_dir={log_dir}", "run_name=r", *extra]
     if not wait:
         return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
@@ -75,6 +75,7 @@ KILLS = [
 ]
 
 
+@pytest.mark.slow
 def test_kills_at_every_point_lose_nothing(tmp_path: Path, reference: list[dict]) -> None:
     run = tmp_path / "r"
     for fault, resume_from in KILLS:
@@ -96,6 +97,7 @@ def _wait_for_rows(metrics: Path, count: int) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_signals_save_and_a_second_process_is_refused(tmp_path: Path, reference: list[dict]) -> None:
     metrics = tmp_path / "r" / "metrics.jsonl"
     stopped = 0
@@ -225,6 +227,7 @@ def test_repeated_rows_from_an_old_restart_are_cut_back(tmp_path: Path) -> None:
     trainer.close()
 
 
+@pytest.mark.slow
 def test_changed_config_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     run = _four_steps(tmp_path)
     before = {p: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"}
@@ -282,6 +285,7 @@ def _wrapping(create, cls):
     return wrapped
 
 
+@pytest.mark.slow
 def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path, monkeypatch, capsys, reference) -> None:
     """From step 3 on every request fails, retries included: the command saves step 3's state,
     prints one line with the resume command, exits 1; the rerun (sampler back) loses nothing."""

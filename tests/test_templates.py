@@ -2,8 +2,8 @@
 
 import pytest
 
-from gemlab.local.tiny import load_tiny_tokenizer
 from gemlab.templates import TEMPLATES, get_template
+from gemlab.tiny.model import load_tiny_tokenizer
 
 
 def test_registry_has_gem_templates_and_chat():

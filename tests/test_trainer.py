@@ -70,6 +70,7 @@ def test_bad_input_fails_cleanly_and_writes_nothing(tmp_path, argv, message, mon
     assert not log_dir.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "arg, message",
     [("gamma=1.5", "gamma must be in [0.0, 1.0], got 1.5"), ("env_id=game:Wordle", "Unknown GEM env id 'game:Wordle'")],
@@ -86,6 +87,7 @@ def test_command_line_reports_bad_value_in_one_line(tmp_path, arg, message):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_laptop_preset_learns(tmp_path):
     """Issue 5's promise in small: the default local setup wins visibly more after 40 steps.
     (The full 3-seed measurement is benchmarks/bench_learning.py; this only guards the recipe.)"""

@@ -4,10 +4,10 @@
 - ``background``: steps awaited from the kernel's event loop, ETA, clean stop;
 - ``comparison``: run folders found, labelled by the settings that differ, overlaid, tabled;
 - ``watch``: a saved policy plays one episode;
-- ``app``: ``HyperparameterLab``, the widget that puts them together (notebook 07).
+- ``hyperparameter_lab``: ``HyperparameterLab``, the widget that puts them together (notebook 07).
 """
 
 from gemlab.lab.hyperparameter_lab import HyperparameterLab
-from gemlab.lab.controls import PRESETS, Controls
+from gemlab.lab.controls import COMPARISONS, Controls
 
-__all__ = ["Controls", "HyperparameterLab", "PRESETS"]
+__all__ = ["COMPARISONS", "Controls", "HyperparameterLab"]

@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from gemlab.plots import LABELS, floor_y_span
+from gemlab.plots import LABELS, floor_y_span, smooth
 from gemlab.run_folder import SavedRun, is_run_folder
 
 # Config fields that say where a run lives, not what it does: never used to tell runs apart.
@@ -80,8 +80,6 @@ def runs_table(runs: Sequence[SavedRun]) -> pd.DataFrame:
 
 def comparison_figure(runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARED_METRICS, *, smoothing: int = 1) -> Figure:
     """One panel per metric, one colour per run (the same colour in every panel)."""
-    from gemlab.plots import smooth
-
     metrics = list(metrics)
     fig = Figure(figsize=(5.2 * len(metrics), 3.6), constrained_layout=True)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]

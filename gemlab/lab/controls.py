@@ -27,8 +27,8 @@ SETTINGS = (  # the Config fields the lab sets, in display order
     "lora_rank", "temperature", "max_tokens", "max_steps", "seed", "env_id",
 )  # fmt: skip
 
-# The classic comparisons: each preset is a list of runs, each run a few settings over the widgets'.
-PRESETS: dict[str, list[dict[str, Any]]] = {
+# The classic comparisons: each is a list of runs, each run a few settings over the widgets'.
+COMPARISONS: dict[str, list[dict[str, Any]]] = {
     "ReBN vs none": [{"advantage": "rebn"}, {"advantage": "none"}],
     "gamma 0.5 / 0.9 / 1.0": [{"gamma": 0.5}, {"gamma": 0.9}, {"gamma": 1.0}],
     "too-large learning rate": [{}, {"learning_rate": 5e-2}],  # 25x the laptop's 2e-3: collapses within 2 steps

@@ -20,14 +20,14 @@ import pandas as pd
 
 from gemlab.backend import get_service_client, resolve_backend
 from gemlab.config import Config
-from gemlab.lab.training_task import eta_seconds, format_seconds, train_until
+from gemlab.lab.background import eta_seconds, format_seconds, train_until
 from gemlab.lab.comparison import comparison_figure, figure_png, find_runs, live_figure, runs_table
-from gemlab.lab.controls import PRESETS, Controls
+from gemlab.lab.controls import COMPARISONS, Controls
 from gemlab.lab.watch import play_saved_policy
 from gemlab.episodes import Episode
 from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
 from gemlab.trainer import Trainer, TrainingDiverged
-from gemlab.viewer import episode_html
+from gemlab.notebook.viewer import episode_html
 
 LIVE_PANELS = (
     ("sampler/success_rate",),
@@ -65,7 +65,7 @@ class HyperparameterLab:
 
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
-        self.preset_buttons = {name: widgets.Button(description=name, layout=widgets.Layout(width="auto")) for name in PRESETS}
+        self.preset_buttons = {name: widgets.Button(description=name, layout=widgets.Layout(width="auto")) for name in COMPARISONS}
         self.message = widgets.HTML()
         self.status = widgets.HTML("Set the controls and press <b>Run</b>.")
         self.live = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
@@ -119,7 +119,7 @@ class HyperparameterLab:
 
     def run_preset(self, name: str) -> None:
         """Start a preset comparison: its runs one after another (a preset button)."""
-        self._start(PRESETS[name])
+        self._start(COMPARISONS[name])
 
     def stop(self) -> None:
         """End the run after its current step, with a checkpoint; queued preset runs are dropped."""

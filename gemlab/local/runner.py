@@ -15,6 +15,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import tinker
+from transformers import AutoTokenizer
+
+from gemlab.local.models import UnknownModelError, load_tokenizer, looks_like_path, model_descriptions, resolve_model_name
+from gemlab.local.rest_client import LocalRestClient
+from gemlab.local.sampling_client import LocalSamplingClient
+from gemlab.local.service_client import LocalServiceClient
+
 _TARGETS = (
     ("tinker", "ServiceClient"),
     ("tinker.lib.public_interfaces", "ServiceClient"),
@@ -38,11 +46,9 @@ USAGE = (
 def local_tokenizer_for(name: Any) -> Any | None:
     """The local tokenizer a Tinker model name maps to, or ``None`` for anything else (a folder,
     a name the backend does not map), which ``from_pretrained`` then loads as usual."""
-    from gemlab.local.models import PRESETS, UnknownModelError, load_tokenizer, looks_like_path, resolve_model_name
-
     if not isinstance(name, str) or looks_like_path(name):
         return None
-    if name not in PRESETS and ("/" not in name or name.startswith("gemlab/")):
+    if name not in model_descriptions() and ("/" not in name or name.startswith("gemlab/")):
         return None
     try:
         return load_tokenizer(resolve_model_name(name))
@@ -51,8 +57,6 @@ def local_tokenizer_for(name: Any) -> Any | None:
 
 
 def _auto_tokenizer_patch() -> tuple[Any, str, Any]:
-    from transformers import AutoTokenizer
-
     original = AutoTokenizer.__dict__["from_pretrained"]
 
     def from_pretrained(cls: Any, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
@@ -69,12 +73,6 @@ def patch_tinker() -> Callable[[], None]:
     ``LocalServiceClient``, ``tinker.SamplingClient.from_sampler_handle`` at local samplers, and
     ``AutoTokenizer.from_pretrained`` of mapped Tinker model names at local tokenizers; returns a
     function that undoes it all. Handy in a notebook too."""
-    import tinker
-
-    from gemlab.local.rest import LocalRestClient
-    from gemlab.local.sampler import LocalSamplingClient
-    from gemlab.local.service import LocalServiceClient
-
     replacements = [(importlib.import_module(module), name, LocalServiceClient) for module, name in _TARGETS]
     replacements += [(importlib.import_module(module), name, LocalRestClient) for module, name in _REST_TARGETS]
     replacements.append(

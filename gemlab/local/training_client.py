@@ -25,7 +25,7 @@ from gemlab.local import checkpoints, lora
 from gemlab.local.futures import SAMPLING, ClientFuture, client_future, get_worker, run_in_order, then
 from gemlab.local.losses import loss_spec, resolve_config
 from gemlab.local.models import LoadedModel, load_model
-from gemlab.local.sampler import LocalSamplingClient, release_adapter
+from gemlab.local.sampling_client import LocalSamplingClient, release_adapter
 from gemlab.local.scoring import micro_batches, target_logprobs
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gemlab.backend import get_service_client
 from gemlab.config import BACKENDS
+from gemlab.serve import Recorder, create_app
 
 
 def is_sampler_path(model: str) -> bool:
@@ -44,8 +45,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"cannot serve {args.model!r}: {exc}\n")
 
     import uvicorn
-
-    from gemlab.serve import Recorder, create_app
 
     name = args.served_model_name or args.model
     app = create_app(client, model_name=name, recorder=Recorder(capacity=10_000))

@@ -124,7 +124,7 @@ FAILED_CHECK = {
     "cells": [
         {
             "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-            "source": ["from gemlab import exercises\n", "\n", "exercises.check_rebn(lambda returns: [g - sum(returns) / len(returns) for g in returns])"],
+            "source": ["from gemlab.notebook import exercises\n", "\n", "exercises.check_rebn(lambda returns: [g - sum(returns) / len(returns) for g in returns])"],
         }
     ],
 }  # fmt: skip

@@ -7,7 +7,7 @@ import pytest
 
 from gemlab.local import TINY, LocalServiceClient
 from gemlab.local.models import load_tokenizer
-from tests.local.helpers import CHAT
+from tests.helpers.local import CHAT
 
 
 @pytest.fixture(scope="session")

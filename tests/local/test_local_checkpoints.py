@@ -10,7 +10,8 @@ import torch
 from tinker import types
 
 from gemlab.local import TINY, LocalServiceClient, checkpoints
-from tests.local.helpers import nudge, rl_datum, sft_datum, weights
+from gemlab.tiny import registry
+from tests.helpers.local import nudge, rl_datum, sft_datum, weights
 
 ADAM = types.AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
 
@@ -117,11 +118,9 @@ def test_root_comes_from_the_environment(monkeypatch, tmp_path, prompt):
 def test_external_weights_load_with_peft(training, prompt, tmp_path):
     from peft import PeftModel
 
-    from gemlab.local.tiny import build_tiny_model
-
     nudge(training, prompt)
     path = training.save_weights_external("peft").result().path
-    model = PeftModel.from_pretrained(build_tiny_model(seed=0, pretrained=True), str(checkpoints.resolve(path))).eval()
+    model = PeftModel.from_pretrained(registry.build(TINY), str(checkpoints.resolve(path))).eval()
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt[:-1]])).logits[0]
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(prompt[1:])[:, None])[:, 0]

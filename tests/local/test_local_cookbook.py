@@ -19,6 +19,7 @@ COOKBOOK = "tinker-cookbook==0.6.1"
 IMPORTS = ["datasets", "termcolor", "blobfile", "sympy", "pylatexenc", "math-verify"]
 MODEL = "Qwen/Qwen3-4B-Instruct-2507"
 NOTICE = f"gemlab.local: {MODEL} is not available locally; using gemlab/tiny-chat instead"
+pytestmark = pytest.mark.slow  # installs the cookbook, then runs its recipes in subprocesses
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:

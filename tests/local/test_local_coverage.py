@@ -11,9 +11,10 @@ import pytest
 import tinker
 
 from gemlab.local import TINY, coverage
-from gemlab.local.rest import LocalBackendError, LocalRestClient
-from gemlab.local.sampler import LocalSamplingClient
-from gemlab.local.service import LocalServiceClient
+from gemlab.local.errors import LocalBackendError
+from gemlab.local.rest_client import LocalRestClient
+from gemlab.local.sampling_client import LocalSamplingClient
+from gemlab.local.service_client import LocalServiceClient
 from gemlab.local.training_client import LocalTrainingClient
 
 LOCAL = {

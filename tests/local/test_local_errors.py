@@ -11,7 +11,7 @@ from tinker import types
 
 from gemlab.local import TINY, TINY_CHAT, LocalServiceClient
 from gemlab.local.models import load_tokenizer
-from tests.local.helpers import rl_datum, sft_datum
+from tests.helpers.local import rl_datum, sft_datum
 
 
 def test_unknown_model_lists_the_presets(service):

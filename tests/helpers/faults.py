@@ -1,0 +1,116 @@
+"""Fault injection for the run-safety tests: do something (SIGKILL, Ctrl-C) at an exact point of a run.
+
+As a script, it runs ``python -m gemlab.train`` with a real SIGKILL at the chosen point:
+
+    python tests/helpers/faults.py POINT:STEP key=value ...
+
+POINT is ``sample`` (the 3rd sampling request of step STEP), ``forward_backward`` or
+``optim_step`` (of step STEP), ``save_state`` (inside the local backend's write of the checkpoint
+at step STEP, after its weights file is written and before the folder is renamed into place), or
+``metrics_rewrite`` (the STEP-th rewrite of ``metrics.jsonl``: resume's truncation, after the new
+text is written and before it replaces the old file).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any, Callable
+
+import gemlab.local.checkpoints
+import gemlab.run_folder
+import gemlab.trainer
+
+
+class FaultySampler:
+    def __init__(self, client: Any, on_call: Callable[[int], None]) -> None:
+        self.client, self.on_call, self.calls = client, on_call, 0
+
+    async def sample_async(self, **request: Any) -> Any:
+        self.calls += 1
+        self.on_call(self.calls)
+        return await self.client.sample_async(**request)
+
+
+class FaultyTraining:
+    """A training client that calls ``action`` at ``point`` of step ``step``; otherwise the real one."""
+
+    def __init__(self, client: Any, point: str, step: int, action: Callable[[], None]) -> None:
+        self.client, self.point, self.step, self.action = client, point, step, action
+        self.snapshots = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def _hit(self, point: str, step: int) -> None:
+        if point == self.point and step == self.step:
+            self.action()
+
+    async def save_weights_and_get_sampling_client_async(self, *args: Any, **kwargs: Any) -> Any:
+        step = self.snapshots + self._start
+        self.snapshots += 1
+        sampler = await self.client.save_weights_and_get_sampling_client_async(*args, **kwargs)
+        return FaultySampler(sampler, lambda call: call == 3 and self._hit("sample", step))
+
+    async def forward_backward_async(self, *args: Any, **kwargs: Any) -> Any:
+        self._hit("forward_backward", self.snapshots - 1 + self._start)
+        return await self.client.forward_backward_async(*args, **kwargs)
+
+    async def optim_step_async(self, *args: Any, **kwargs: Any) -> Any:
+        self._hit("optim_step", self.snapshots - 1 + self._start)
+        return await self.client.optim_step_async(*args, **kwargs)
+
+    async def load_state_with_optimizer_async(self, path: str) -> Any:
+        self._start = int(path.rsplit("step", 1)[-1])  # snapshots count from the resumed step
+        return await self.client.load_state_with_optimizer_async(path)
+
+    _start = 0
+
+
+class FaultyService:
+    def __init__(self, service: Any, point: str, step: int, action: Callable[[], None]) -> None:
+        self.service, self.point, self.step, self.action = service, point, step, action
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.service, name)
+
+    async def create_lora_training_client_async(self, **kwargs: Any) -> FaultyTraining:
+        client = await self.service.create_lora_training_client_async(**kwargs)
+        return FaultyTraining(client, self.point, self.step, self.action)
+
+
+def install(point: str, step: int, action: Callable[[], None]) -> None:
+    """Make every Trainer created from now on in this process hit ``action`` at ``point``/``step``."""
+    if point == "save_state":
+        real_save_file = gemlab.local.checkpoints.save_file
+
+        def save_file(tensors: Any, path: Any) -> None:
+            real_save_file(tensors, path)
+            if os.path.basename(os.path.dirname(path)).startswith(f".step{step:06d}-"):
+                action()
+
+        gemlab.local.checkpoints.save_file = save_file
+    elif point == "metrics_rewrite":
+        real_replace, count = gemlab.run_folder.os.replace, [0]
+
+        def replace(source: Any, target: Any) -> None:
+            if str(target).endswith(gemlab.run_folder.METRICS_FILE):
+                count[0] += 1
+                if count[0] == step:
+                    action()
+            real_replace(source, target)
+
+        gemlab.run_folder.os = type(sys)("os_with_faults")
+        gemlab.run_folder.os.__dict__.update({**os.__dict__, "replace": replace})
+    else:
+        real = gemlab.trainer.Trainer._default_service_client
+        gemlab.trainer.Trainer._default_service_client = lambda self: FaultyService(real(self), point, step, action)
+
+
+if __name__ == "__main__":
+    where, _, at = sys.argv[1].partition(":")
+    install(where, int(at), lambda: os.kill(os.getpid(), signal.SIGKILL))
+    from gemlab.train import main
+
+    sys.exit(main(sys.argv[2:]))

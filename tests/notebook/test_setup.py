@@ -1,0 +1,26 @@
+"""The notebooks' one preamble call: quick mode and the backend from the environment, data folders
+from the repository root or notebooks/."""
+
+from pathlib import Path
+
+from gemlab.notebook import data_folder, setup
+
+
+def test_setup_reads_quick_mode_and_the_backend(monkeypatch):
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.setenv("GEMLAB_QUICK", "1")
+    assert setup() == (True, "local")
+    monkeypatch.setenv("GEMLAB_QUICK", "0")
+    monkeypatch.setenv("TINKER_API_KEY", "tml-dummy")
+    quick, backend = setup()
+    assert (quick, backend) == (False, "tinker")
+
+
+def test_data_folder_is_found_from_the_root_or_notebooks(tmp_path, monkeypatch):
+    (tmp_path / "data" / "runs").mkdir(parents=True)
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert data_folder("runs") == Path("data/runs")
+    monkeypatch.chdir(tmp_path / "notebooks")
+    assert data_folder("runs") == Path("../data/runs")
+    assert data_folder("figures") is None

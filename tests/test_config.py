@@ -1,0 +1,36 @@
+"""Config validation and presets: bad input fails with one clear message."""
+
+import chz
+import pytest
+
+from gemlab.config import Config, config_from_argv, make_config
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"gamma": 1.5}, r"gamma must be in \[0.0, 1.0\], got 1.5"),
+        ({"batch_size": 0}, "batch_size must be a positive number, got 0"),
+        ({"template": "qwen_game"}, "template must be one of 'qwen3_game'"),
+        ({"advantage": "zscore"}, "advantage must be one of 'rebn'"),
+        ({"backend": "cloud"}, "backend must be one of 'auto', 'local', 'tinker'"),
+    ],
+)
+def test_bad_config_values(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        Config(**overrides)
+
+
+def test_defaults_are_gems():
+    c = Config()
+    assert (c.gamma, c.learning_rate, c.lora_rank, c.batch_size, c.num_env) == (0.9, 4e-5, 8, 128, 32)
+    assert (c.template, c.env_id, c.env_wrappers, c.advantage) == ("qwen3_game", "game:GuessTheNumber-v0-easy", "concat", "rebn")
+
+
+def test_presets_and_argv():
+    assert make_config("laptop").backend == "local"
+    c = config_from_argv(["preset=laptop", "seed=3", "gamma=0.5"])
+    assert (c.seed, c.gamma, c.model_name) == (3, 0.5, make_config("laptop").model_name)
+    with pytest.raises(ValueError, match="Unknown preset 'big'"):
+        config_from_argv(["preset=big"])
+    assert chz.asdict(c)["seed"] == 3

@@ -1,0 +1,121 @@
+"""The package's layout: no import circles in gemlab/, and the Tinker emulator (gemlab/local/)
+imports nothing from gemlab outside itself.
+
+The import graph is read from the source with ``ast``: every ``import``/``from ... import`` of a
+gemlab module, at module level and inside functions alike (a function-level import that dodges a
+circle is still a circle)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "gemlab"
+
+
+def module_name(path: Path, root: Path = PACKAGE.parent) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(source: str, name: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that module ``name`` imports in ``source`` (``from gemlab.x
+    import y`` counts as ``gemlab.x.y`` when that is a module, else ``gemlab.x``; relative imports
+    are resolved), wherever the import statement stands."""
+    package = name if is_package else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in modules:  # import gemlab.a.b.c -> the deepest module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the gemlab modules it imports, for every module under ``package``."""
+    files = sorted(package.rglob("*.py"))
+    names = {path: module_name(path, package.parent) for path in files}
+    modules = set(names.values())
+    return {names[path]: imported_modules(path.read_text(), names[path], path.name == "__init__.py", modules) for path in files}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of two or more modules (Tarjan's algorithm), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(groups)
+
+
+# A package's __init__ importing its own modules is how packages export names; the edges that
+# matter for circles are between modules, so ``gemlab.x`` -> ``gemlab.x.y`` (parent to child) is
+# left out, as is the implicit child -> parent import Python does for every submodule.
+def module_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    graph = import_graph(package)
+    return {name: {t for t in targets if not t.startswith(name + ".")} for name, targets in graph.items()}
+
+
+def test_the_graph_sees_function_level_and_relative_imports() -> None:
+    source = "def f():\n    from gemlab.b import g\n    import gemlab.c.d as d\nfrom . import e\n"
+    modules = {"gemlab", "gemlab.a", "gemlab.b", "gemlab.c", "gemlab.e"}
+    assert imported_modules(source, "gemlab.a", False, modules) == {"gemlab.b", "gemlab.c", "gemlab.e"}
+
+
+def test_circles_are_found() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles_in_gemlab() -> None:
+    found = circles(module_graph())
+    assert not found, "import circles in gemlab/: " + "; ".join(" <-> ".join(group) for group in found)
+
+
+def test_the_emulator_stands_alone() -> None:
+    outside = {
+        f"{name} imports {target}"
+        for name, targets in import_graph().items()
+        if name == "gemlab.local" or name.startswith("gemlab.local.")
+        for target in targets
+        if not (target == "gemlab.local" or target.startswith("gemlab.local."))
+    }
+    assert not outside, "gemlab/local/ must import nothing from gemlab outside itself: " + "; ".join(sorted(outside))

@@ -1,0 +1,44 @@
+"""The tiny model zoo's one registry and its Hugging Face folders: the folders the emulator loads
+by name are what the model code builds, and the emulator's catalogue is the registry."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import gemlab.local
+from gemlab.local.models import catalogue
+from gemlab.tiny import registry
+
+TEXT = "<|im_start|>user\nGuess a number between 1 and 10.<|im_end|>\n<|im_start|>assistant\n<think>\\boxed{5}"
+
+
+def test_the_catalogue_file_is_the_registry():
+    index = json.loads(registry.INDEX_FILE.read_text())
+    assert index == {
+        name: {"folder": registry.folder(name).name, "description": spec.description}
+        for name, spec in registry.TINY_MODELS.items()
+    }, "assets/models.json is stale: rewrite it with python -m gemlab.tiny"
+    assert catalogue() == {name: registry.folder(name) for name in registry.TINY_MODELS}
+
+
+def test_the_emulators_model_names_are_in_the_zoo():
+    assert {gemlab.local.TINY, gemlab.local.TINY_CHAT, gemlab.local.TINY_RANDOM} <= set(registry.TINY_MODELS)
+
+
+@pytest.mark.parametrize("name", list(registry.TINY_MODELS))
+def test_each_folder_is_what_the_code_builds(name):
+    folder = registry.folder(name)
+    stored = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True)
+    built = registry.build(name)
+    assert stored.state_dict().keys() == built.state_dict().keys()
+    assert all(torch.equal(stored.state_dict()[key], tensor) for key, tensor in built.state_dict().items()), (
+        f"{folder} differs from registry.build({name!r}): rewrite it with python -m gemlab.tiny"
+    )
+    tokenizer, reference = AutoTokenizer.from_pretrained(folder, local_files_only=True), registry.tokenizer(name)
+    assert tokenizer.encode(TEXT) == reference.encode(TEXT)
+    assert len(tokenizer) == len(reference) == stored.get_input_embeddings().weight.shape[0]
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == reference.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False
+    )
