@@ -29,8 +29,9 @@ from pathlib import Path
 import chz
 import numpy as np
 
-from gemlab.config import Config, config_from_argv
-from gemlab.training import Trainer
+from gemlab.config import CONFIG_FILE, Config, config_from_argv
+from gemlab.run_folder import METRICS_FILE, read_run
+from gemlab.trainer import Trainer
 
 TARGET, LOWER, WINDOW, FINAL = 0.9, 0.8, 5, 10  # LOWER: a second threshold, for runs that stop short of 0.9
 
@@ -61,8 +62,8 @@ def run_one(base: Config, seed: int, staleness: int, log_dir: str, save_to: Path
         target = save_to / name
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        shutil.copy(trainer.run_dir / "metrics.jsonl", target / "metrics.jsonl")
-        (target / "config.json").write_text(json.dumps(chz.asdict(config), indent=2))
+        shutil.copy(trainer.run_dir / METRICS_FILE, target / METRICS_FILE)
+        (target / CONFIG_FILE).write_text(json.dumps(chz.asdict(config), indent=2))
     return summarize(history)
 
 
@@ -140,7 +141,7 @@ def report_saved(folder: Path, plot_dir: Path | None) -> None:
     groups: dict[str, list[Path]] = {}
     for run in sorted(folder.glob("staleness*-seed*")):
         k, seed = (int(part) for part in run.name.removeprefix("staleness").split("-seed"))
-        history = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        history = read_run(run).metrics.to_dict("records")
         results.setdefault(k, {})[seed] = summarize(history)
         groups.setdefault("synchronous" if k == 0 else f"max_staleness={k}", []).append(run)
     if not results:

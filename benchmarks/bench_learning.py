@@ -28,8 +28,9 @@ from pathlib import Path
 import chz
 import numpy as np
 
-from gemlab.config import Config, config_from_argv
-from gemlab.training import Trainer
+from gemlab.config import CONFIG_FILE, Config, config_from_argv
+from gemlab.run_folder import METRICS_FILE
+from gemlab.trainer import Trainer
 
 WINDOW = 10
 LEGEND = {"rebn": "ReBN (GEM's default)", "none": "ReBN off (raw discounted returns)"}
@@ -38,7 +39,7 @@ LEGEND = {"rebn": "ReBN (GEM's default)", "none": "ReBN off (raw discounted retu
 def run_one(base: Config, seed: int, normalization: str, log_dir: str, save_to: Path | None) -> dict[str, float]:
     """One run of ``base`` with this seed and normalization; first/last-window success and wall time."""
     name = f"{normalization}-seed{seed}"
-    config = chz.replace(base, seed=seed, normalization=normalization, log_dir=log_dir, run_name=name)
+    config = chz.replace(base, seed=seed, advantage=normalization, log_dir=log_dir, run_name=name)
     start = time.time()
     trainer = Trainer(config, progress=False)
     try:
@@ -50,9 +51,9 @@ def run_one(base: Config, seed: int, normalization: str, log_dir: str, save_to: 
         target = save_to / name
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        shutil.copy(trainer.run_dir / "metrics.jsonl", target / "metrics.jsonl")
+        shutil.copy(trainer.run_dir / METRICS_FILE, target / METRICS_FILE)
         saved = chz.replace(config, log_dir=os.path.relpath(save_to.resolve(), Path.cwd()))
-        (target / "config.json").write_text(json.dumps(chz.asdict(saved), indent=2))
+        (target / CONFIG_FILE).write_text(json.dumps(chz.asdict(saved), indent=2))
     success = [row["sampler/success_rate"] for row in history]
     return {"first": float(np.mean(success[:WINDOW])), "last": float(np.mean(success[-WINDOW:])), "wall": wall}
 

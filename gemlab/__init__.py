@@ -1,7 +1,9 @@
 """gemlab: train LLM agents with RL on GEM environments through the Tinker API.
 
 The package follows the pipeline, one module per step:
-templates -> envs -> rollout -> returns (ReBN) -> datums -> training -> plots.
+templates -> envs -> episodes -> returns (ReBN) -> datums -> step -> trainer -> plots.
+``gemlab/step.py`` is one training step on one screen; ``examples/gem_loop.py`` is GEM's whole
+loop in one file without gemlab.
 """
 
 from gemlab.backend import get_service_client
@@ -9,9 +11,9 @@ from gemlab.config import Config, make_config
 from gemlab.datums import policy_gradient_datum, supervised_datum
 from gemlab.envs import make_envs
 from gemlab.returns import discounted_returns, normalize, rebn
-from gemlab.rollout import Episode, RolloutBatch, Transition, collect_batch, collect_episode
+from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch, collect_episode
 from gemlab.templates import TEMPLATES, get_template
-from gemlab.training import Trainer
+from gemlab.trainer import Trainer
 
 __all__ = [
     "Config",

@@ -6,19 +6,22 @@ Values are checked when the config is built, so a bad value fails before any wor
 from __future__ import annotations
 
 import difflib
+import json
 import math
+import re
 import types as pytypes
 import typing
 import warnings
+from pathlib import Path
 from typing import Any, Callable
 
 import chz
 from tinker import types
 
-from gemlab.returns import NORMALIZATIONS
-from gemlab.run_folder import run_dir_for
+from gemlab.returns import ADVANTAGES
 from gemlab.templates import TEMPLATES
 
+CONFIG_FILE = "config.json"  # a run folder's saved config (gemlab/run_folder.py reads run folders)
 BACKENDS = ("auto", "local", "tinker")
 # Tinker's built-in policy-gradient losses and the ``loss_fn_config`` keys each one takes.
 POLICY_LOSSES: dict[str, tuple[str, ...]] = {
@@ -75,10 +78,22 @@ def _one_of(allowed: tuple[str, ...] | dict) -> Callable[[Any, str], None]:
     return check
 
 
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
+
+
+def check_run_name(run_name: str) -> None:
+    """Refuse a run name that would leave ``log_dir`` (``..``, ``/``)."""
+    if not _RUN_NAME.fullmatch(run_name) or run_name in (".", ".."):
+        raise ValueError(
+            f"run_name {run_name!r} is not allowed: use letters, digits and . _ = + - (no '/' or '..'), "
+            "starting with a letter or digit"
+        )
+
+
 def _run_name(obj: Any, attr: str) -> None:
     value = getattr(obj, attr)
     if value is not None:
-        run_dir_for(".", value)
+        check_run_name(value)
 
 
 def _env_cost(num_env: int) -> str:
@@ -114,12 +129,12 @@ class Config:
     )
     env_wrappers: str = chz.field(default="concat", doc="comma-separated GEM wrapper names")
     template: str = chz.field(default="qwen3_game", validator=_one_of(tuple(TEMPLATES)))
-    # returns
+    # returns and advantages (gemlab/returns.py)
     gamma: float = chz.field(default=0.9, validator=_in_range(0.0, 1.0))
-    normalization: str = chz.field(
-        default="rebn", validator=_one_of(NORMALIZATIONS), doc="'rebn' (GEM's ReBN), 'none', 'center', 'group' or 'grpo'"
+    advantage: str = chz.field(
+        default="rebn", validator=_one_of(ADVANTAGES), doc="advantage estimator: 'rebn' (GEM's ReBN), 'none' (raw returns), 'center', 'group' or 'grpo' (was `normalization`)"
     )
-    # asynchronous rollouts (gemlab/async_rollout.py)
+    # sampling ahead of the learner (gemlab/sampling_ahead.py)
     max_staleness: int = chz.field(
         default=0,
         validator=chz.validators.ge(0),
@@ -181,8 +196,8 @@ class Config:
     def _groups(self) -> None:
         if self.num_env % self.group_size:
             raise ValueError(f"group_size must divide num_env ({self.num_env}), got {self.group_size}")
-        if self.normalization == "grpo" and self.group_size < 2:
-            raise ValueError("normalization='grpo' compares episodes of one problem: set group_size >= 2")
+        if self.advantage == "grpo" and self.group_size < 2:
+            raise ValueError("advantage='grpo' compares episodes of one problem: set group_size >= 2")
         if self.num_minibatches > self.batch_size:
             raise ValueError(f"num_minibatches must be at most batch_size ({self.batch_size}), got {self.num_minibatches}")
 
@@ -276,18 +291,26 @@ def parse_value(key: str, text: str, annotation: Any) -> Any:
     raise ValueError(f"{key} must be {type_name(annotation)}, got {text!r}")
 
 
+# Fields renamed since runs were recorded: a saved config.json with the old name loads as the new one.
+RENAMED_FIELDS = {"normalization": "advantage"}
+
+
+def upgrade_saved_config(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config's fields under today's names (``normalization`` is now ``advantage``)."""
+    return {RENAMED_FIELDS.get(key, key): value for key, value in saved.items()}
+
+
 def load_saved_config(path: str) -> dict[str, Any]:
     """The fields of a run's saved ``config.json`` (one line naming the file when it is not one)."""
-    import json
-    from pathlib import Path
-
     file = Path(path)
     if file.is_dir():
-        file = file / "config.json"
+        file = file / CONFIG_FILE
     try:
         saved = json.loads(file.read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"config={path}: not a readable config.json ({type(error).__name__})") from None
+    if isinstance(saved, dict):
+        saved = upgrade_saved_config(saved)
     unknown = sorted(set(saved) - set(chz.chz_fields(Config))) if isinstance(saved, dict) else ["(not a JSON object)"]
     if unknown:
         raise ValueError(f"config={path}: not a gemlab config.json (unknown keys {unknown})")

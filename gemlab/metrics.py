@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gemlab.rollout import RolloutBatch, Transition
+from gemlab.episodes import RolloutBatch, Transition
 
 # Above this fraction of dropped episodes the episode metrics are biased (long, losing games fail
 # more often), and the trainer says so.

@@ -13,6 +13,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from gemlab.run_folder import read_metrics
+
 Run = Union[str, Path, pd.DataFrame]
 
 LABELS = {
@@ -35,14 +37,7 @@ KL_MIN_SPAN = 0.01
 
 def load_metrics(run: Run) -> pd.DataFrame:
     """A run's metrics, one row per step. Accepts a run folder, its metrics file, or a DataFrame."""
-    if isinstance(run, pd.DataFrame):
-        return run
-    path = Path(run)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"no metrics at {path}: has this run done a step yet?")
-    return pd.read_json(path, lines=True)
+    return run if isinstance(run, pd.DataFrame) else read_metrics(run)
 
 
 def smooth(values: Sequence[float], window: int) -> np.ndarray:

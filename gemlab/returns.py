@@ -14,7 +14,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 EPS = 1e-9
-NORMALIZATIONS = {
+ADVANTAGES = {  # the advantage estimators Config.advantage selects
     "rebn": "(G - batch mean) / (batch std + 1e-9), GEM's ReBN",
     "none": "raw discounted returns",
     "center": "G - batch mean (no scaling)",
@@ -77,7 +77,7 @@ def group_normalize(returns: Sequence[float], groups: Sequence[Hashable]) -> lis
 
 
 def normalize(returns: Sequence[float], method: str = "rebn", groups: Sequence[Hashable] | None = None) -> list[float]:
-    """Turn returns into advantages with one of ``NORMALIZATIONS``."""
+    """Turn returns into advantages with one of ``ADVANTAGES``."""
     if method == "rebn":
         return rebn(returns)
     if method == "none":
@@ -86,6 +86,6 @@ def normalize(returns: Sequence[float], method: str = "rebn", groups: Sequence[H
         return center(returns)
     if method in ("group", "grpo"):
         if groups is None:
-            raise ValueError(f"normalization {method!r} needs a group key per return")
+            raise ValueError(f"advantage {method!r} needs a group key per return")
         return group_normalize(returns, groups)
-    raise ValueError(f"Unknown normalization {method!r}. Known: {', '.join(NORMALIZATIONS)}")
+    raise ValueError(f"Unknown advantage {method!r}. Known: {', '.join(ADVANTAGES)}")

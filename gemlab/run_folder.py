@@ -1,9 +1,16 @@
 """A run folder's bookkeeping: one owner at a time, files that are never half-written, and resume.
 
 A run folder (``<log_dir>/<run_name>/``) holds ``config.json``, ``metrics.jsonl`` (one row per
-step), ``checkpoints.jsonl`` (one line per saved checkpoint) and, on the local backend, the
-checkpoints themselves under ``checkpoints/``. This module keeps that folder consistent when
-runs crash, are killed, or are started twice:
+step), ``checkpoints.jsonl`` (one line per saved checkpoint), ``warmup.jsonl``,
+``config_changes.jsonl`` and, on the local backend, the checkpoints themselves under
+``checkpoints/``. This module is the only code that knows these names:
+
+- ``RunFolder``: everything a ``Trainer`` does to its folder (lock, config check, resume, the
+  checkpoint index, the metrics log, pruning); every deletion goes through ``RunFolder._delete``;
+- ``read_run``: the one reader of a run folder (config, metrics, checkpoints), for plots, the lab,
+  the studies and the benchmarks.
+
+It keeps the folder consistent when runs crash, are killed, or are started twice:
 
 - ``RunLock``: an exclusive lock (``flock``) held while a ``Trainer`` is open; a second process
   (or a second ``Trainer`` in the same process) is refused with the holder's process id;
@@ -20,27 +27,31 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import shutil
 import socket
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
-CONFIG_FILE = "config.json"
+import chz
+import pandas as pd
+
+from gemlab.config import CONFIG_FILE, Config, check_run_name, upgrade_saved_config
+
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
 CONFIG_CHANGES_FILE = "config_changes.jsonl"
 LOCK_FILE = ".lock"
+WARMUP_FILE = "warmup.jsonl"
 LOCAL_CHECKPOINTS_DIR = "checkpoints"  # the local backend's root when the Trainer makes the client
 
 # Fields that may differ on resume without changing what is being trained.
 RESUMABLE_FIELDS = frozenset({"max_steps", "save_every", "log_dir", "run_name", "wandb_project", "allow_config_change"})
 # Fields whose change makes the saved weights unusable: never accepted on resume.
 WEIGHT_FIELDS = frozenset({"model_name", "lora_rank"})
-_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
 
 
 class RunFolderError(ValueError):
@@ -49,11 +60,10 @@ class RunFolderError(ValueError):
 
 def run_dir_for(log_dir: str, run_name: str) -> Path:
     """``log_dir/run_name``, refusing names that would leave ``log_dir`` (``..``, ``/``)."""
-    if not _RUN_NAME.fullmatch(run_name) or run_name in (".", ".."):
-        raise RunFolderError(
-            f"run_name {run_name!r} is not allowed: use letters, digits and . _ = + - (no '/' or '..'), "
-            "starting with a letter or digit"
-        )
+    try:
+        check_run_name(run_name)
+    except ValueError as error:
+        raise RunFolderError(str(error)) from None
     return Path(log_dir) / run_name
 
 
@@ -188,33 +198,196 @@ def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
     return ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changes.items())
 
 
-# ----- disk ---------------------------------------------------------------------------------
-def remove_staging_files(run_dir: Path) -> None:
-    """Delete the half-written files a killed ``atomic_write_text`` left (the lock says none is live)."""
-    for staging in run_dir.glob(".*.tmp-*"):
-        staging.unlink(missing_ok=True)
+# ----- the folder a Trainer owns -------------------------------------------------------------
+class RunFolder:
+    """One run's folder as a ``Trainer`` uses it: ``open`` (create and lock), ``check_config``,
+    ``resume``, ``log`` each step, ``add_checkpoint``, ``close``. Nothing here trains."""
 
+    def __init__(self, log_dir: str, run_name: str) -> None:
+        self.path = run_dir_for(log_dir, run_name)
+        self.checkpoints: list[dict[str, Any]] = []  # the index, oldest first, as on disk
+        self._lock = RunLock(self.path)
+        self._created: Path | None = None  # the outermost folder ``open`` made, if any
 
-def prune_local_checkpoints(root: Path, keep: set[Path]) -> int:
-    """Under a local-backend root inside a run folder, delete checkpoint folders no index line
-    names (steps rolled back, a save cut by a kill), staging leftovers and sampler snapshots.
-    Returns how many folders went."""
-    removed = 0
-    if not root.is_dir():
-        return 0
-    keep = {path.resolve() for path in keep}
-    for run in root.iterdir():
-        if not run.is_dir():
-            continue
-        for kind in run.iterdir():
-            if not kind.is_dir():
+    @property
+    def local_checkpoints(self) -> Path:
+        """Where the local backend keeps this run's checkpoints."""
+        return self.path / LOCAL_CHECKPOINTS_DIR
+
+    def open(self) -> None:
+        """Create the folder if needed and lock it (refused while another Trainer holds it)."""
+        self._created = next((p for p in reversed((self.path, *self.path.parents)) if not p.exists()), None)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+
+    def abandon(self) -> None:
+        """Unlock, and remove what ``open`` created: bad input leaves no files."""
+        self._lock.release()
+        if self._created is not None:
+            self._delete(self._created)
+
+    def close(self) -> None:
+        """Let the next process in."""
+        self._lock.release()
+
+    def check_config(self, config: Config) -> dict[str, list[Any]]:
+        """Compare ``config`` with the saved one before anything is written; refuse a silent change.
+        Returns the accepted changes (``allow_config_change``), field -> [old, new]."""
+        path = self.path / CONFIG_FILE
+        if not path.exists():
+            return {}
+        try:
+            saved = upgrade_saved_config(json.loads(path.read_text()))
+        except (ValueError, AttributeError) as error:
+            raise RunFolderError(f"{path} is damaged ({error}); delete it to reuse this run folder with the new config") from None
+        # a field the saved config lacks was added to gemlab after the run started: it had the default
+        changes = config_changes({**chz.asdict(Config()), **saved}, chz.asdict(config))
+        if not changes:
+            return {}
+        described = describe_changes(changes)
+        fixed = sorted(set(changes) & WEIGHT_FIELDS)
+        if fixed:
+            raise RunFolderError(
+                f"run {self.path} was trained with a different {' and '.join(fixed)} ({described}); its checkpoints "
+                "cannot continue with it: choose a new run_name"
+            )
+        if not config.allow_config_change:
+            raise RunFolderError(
+                f"run {self.path} was started with a different config ({described}); to keep both, choose a new "
+                "run_name; to continue this run with the new values, add allow_config_change=true"
+            )
+        return {key: list(pair) for key, pair in changes.items()}
+
+    def save_config(self, config: Config, changes: dict[str, list[Any]], step: int) -> None:
+        """Write ``config.json`` (after the accepted ``changes`` are logged at ``step``)."""
+        if changes:
+            append_row(self.path / CONFIG_CHANGES_FILE, {"step": step, "changes": changes})
+        atomic_write_text(self.path / CONFIG_FILE, json.dumps(chz.asdict(config), indent=2))
+
+    def resume(self, load: Callable[[str], None]) -> tuple[int, list[dict[str, Any]]]:
+        """Load the newest intact checkpoint with ``load(state_path)``; cut metrics and index back
+        to it (atomically) and prune what no index line names. Returns (step, metrics rows)."""
+        for staging in self.path.glob(".*.tmp-*"):  # a killed atomic_write_text's leftovers
+            self._delete(staging)
+        metrics, index = read_rows(self.path / METRICS_FILE), read_rows(self.path / CHECKPOINTS_FILE)
+        for problem in metrics.problems + index.problems:
+            warnings.warn(problem, stacklevel=3)
+        step = 0
+        for line in resume_candidates(index.rows, intact_steps(metrics.rows)):
+            try:
+                load(line["state_path"])
+            except Exception as error:  # a deleted or truncated checkpoint: fall back to the one before
+                warnings.warn(
+                    f"checkpoint at step {line['step']} ({line['state_path']}) cannot be loaded ({str(error)[:200]}); "
+                    "falling back to the one before",
+                    stacklevel=3,
+                )
                 continue
-            for folder in kind.iterdir():
-                if folder.is_dir() and folder.resolve() not in keep:
-                    shutil.rmtree(folder, ignore_errors=True)
-                    removed += 1
-            if not any(kind.iterdir()):
-                kind.rmdir()
-        if not any(run.iterdir()):
-            run.rmdir()
-    return removed
+            step = int(line["step"])
+            break
+        if step == 0 and (metrics.rows or index.rows):
+            warnings.warn(f"no usable checkpoint in {self.path}: starting again from step 0", stacklevel=3)
+        if step > 0:
+            print(f"resuming {self.path.name} from step {step}", file=sys.stderr)
+        self.checkpoints = resume_candidates(index.rows, step)[::-1]
+        atomic_write_text(self.path / METRICS_FILE, rows_text(metrics.rows[:step]))
+        atomic_write_text(self.path / CHECKPOINTS_FILE, rows_text(self.checkpoints))
+        self.prune()
+        return step, metrics.rows[:step]
+
+    def log(self, metrics: dict[str, float]) -> None:
+        """Append one step's metrics row."""
+        append_row(self.path / METRICS_FILE, metrics)
+
+    def log_warmup(self, losses: list[float]) -> None:
+        """Write the warm-up's loss per step."""
+        atomic_write_text(self.path / WARMUP_FILE, rows_text([{"warmup_step": i, "loss": loss} for i, loss in enumerate(losses)]))
+
+    def add_checkpoint(self, name: str, step: int, state_path: str) -> None:
+        """Record a saved checkpoint in the index (after the backend confirmed the save)."""
+        line = {"name": name, "step": step, "state_path": state_path}
+        append_row(self.path / CHECKPOINTS_FILE, line)
+        self.checkpoints.append(line)
+
+    def prune(self) -> int:
+        """Delete local checkpoint folders that no index line names (steps rolled back, a save cut
+        by a kill), staging leftovers and sampler snapshots. Returns how many folders went."""
+        root = self.local_checkpoints
+        if not root.is_dir():
+            return 0
+        from gemlab.local.checkpoints import SCHEME, folder_of  # lazy: real Tinker runs never load the emulator
+
+        named = [line["state_path"] for line in self.checkpoints]
+        keep = {folder_of(path, root) if path.startswith(SCHEME) else Path(path) for path in named}
+        keep = {path.resolve() for path in keep}
+        removed = 0
+        for run in (p for p in root.iterdir() if p.is_dir()):
+            for kind in (p for p in run.iterdir() if p.is_dir()):
+                for folder in kind.iterdir():
+                    if folder.is_dir() and folder.resolve() not in keep:
+                        self._delete(folder)
+                        removed += 1
+                if not any(kind.iterdir()):
+                    kind.rmdir()
+            if not any(run.iterdir()):
+                run.rmdir()
+        return removed
+
+    def _delete(self, path: Path) -> None:
+        """The one place a run folder loses files: only what gemlab wrote (named by the callers above)."""
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+# ----- the one reader of run folders ------------------------------------------------------------
+@dataclass
+class SavedRun:
+    """One run folder as read from disk: its settings, its metrics, its checkpoints."""
+
+    path: Path
+    config: dict
+    metrics: pd.DataFrame
+    checkpoints: list[dict] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def steps_done(self) -> int:
+        return len(self.metrics)
+
+    @property
+    def status(self) -> str:
+        """``finished``, ``stopped`` (a checkpoint before ``max_steps``) or ``no checkpoint``."""
+        if not self.checkpoints:
+            return "no checkpoint"
+        last = int(self.checkpoints[-1]["step"])
+        return "finished" if last >= int(self.config.get("max_steps", 0)) else f"stopped at {last}"
+
+
+def is_run_folder(path: str | Path) -> bool:
+    """A folder holding a run's ``config.json`` and at least one line of ``metrics.jsonl``."""
+    metrics = Path(path) / METRICS_FILE
+    return (Path(path) / CONFIG_FILE).is_file() and metrics.is_file() and metrics.stat().st_size > 0
+
+
+def read_metrics(path: str | Path) -> pd.DataFrame:
+    """A run's metrics, one row per step, from its folder or its ``metrics.jsonl``."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no metrics at {path}: has this run done a step yet?")
+    return pd.DataFrame(read_rows(path).rows)
+
+
+def read_run(path: str | Path) -> SavedRun:
+    """Read one run folder: its config (under today's field names; settings a run predates take
+    their default, which is what it trained with), its metrics and its checkpoint index."""
+    path = Path(path)
+    saved = upgrade_saved_config(json.loads((path / CONFIG_FILE).read_text()))
+    config = {**chz.asdict(Config()), **saved}
+    return SavedRun(path=path, config=config, metrics=read_metrics(path), checkpoints=read_rows(path / CHECKPOINTS_FILE).rows)

@@ -19,7 +19,7 @@ import matplotlib
 
 from gemlab.backend import BackendError
 from gemlab.config import config_from_argv, help_text
-from gemlab.training import Interrupted, Trainer, TrainingDiverged
+from gemlab.trainer import Interrupted, Trainer, TrainingDiverged
 
 
 def _interrupt(signum: int, frame: Any) -> None:

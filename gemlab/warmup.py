@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 
 from gemlab.config import adam_params
 from gemlab.datums import supervised_datum
-from gemlab.rollout import end_of_turn_ids
+from gemlab.episodes import end_of_turn_ids, play_episode_now
 from gemlab.templates import Template
 
 
@@ -26,15 +26,11 @@ def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, c
     datums: list[types.Datum] = []
     while len(datums) < count:
         for env in envs:
-            observation, _ = env.reset()
-            done = False
-            while not done and len(datums) < count:
-                action = env.unwrapped.sample_random_action()
-                prompt = template.render(observation, tokenizer)
-                answer = list(tokenizer.encode(action, add_special_tokens=False)) + end
-                datums.append(supervised_datum(prompt, answer))
-                observation, _, terminated, truncated, _ = env.step(action)
-                done = terminated or truncated
+            teacher = env.unwrapped.sample_random_action  # GEM's scripted player, in the expected format
+            episode = play_episode_now(env, lambda observation: teacher(), max_turns=count - len(datums))
+            for turn in episode.transitions:
+                answer = list(tokenizer.encode(turn.action, add_special_tokens=False)) + end
+                datums.append(supervised_datum(template.render(turn.observation, tokenizer), answer))
             if len(datums) >= count:
                 break
     return datums

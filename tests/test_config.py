@@ -12,7 +12,7 @@ from gemlab.config import Config, config_from_argv, make_config
         ({"gamma": 1.5}, r"gamma must be in \[0.0, 1.0\], got 1.5"),
         ({"batch_size": 0}, "batch_size must be a positive number, got 0"),
         ({"template": "qwen_game"}, "template must be one of 'qwen3_game'"),
-        ({"normalization": "zscore"}, "normalization must be one of 'rebn'"),
+        ({"advantage": "zscore"}, "advantage must be one of 'rebn'"),
         ({"backend": "cloud"}, "backend must be one of 'auto', 'local', 'tinker'"),
     ],
 )
@@ -24,7 +24,7 @@ def test_bad_config_values(overrides, message):
 def test_defaults_are_gems():
     c = Config()
     assert (c.gamma, c.learning_rate, c.lora_rank, c.batch_size, c.num_env) == (0.9, 4e-5, 8, 128, 32)
-    assert (c.template, c.env_id, c.env_wrappers, c.normalization) == ("qwen3_game", "game:GuessTheNumber-v0-easy", "concat", "rebn")
+    assert (c.template, c.env_id, c.env_wrappers, c.advantage) == ("qwen3_game", "game:GuessTheNumber-v0-easy", "concat", "rebn")
 
 
 def test_presets_and_argv():

@@ -13,7 +13,7 @@ from tinker import types
 from gemlab import Trainer, make_config
 from gemlab.datums import policy_gradient_datum
 from gemlab.local import TINY, LocalServiceClient
-from gemlab.training import TrainingDiverged
+from gemlab.trainer import TrainingDiverged
 
 PROMPT, ACTION = [1, 2, 3, 4], [5, 6]
 

@@ -65,7 +65,7 @@ def test_group_normalize_explodes_on_near_equal_returns():
 
 
 def test_normalize_rejects_unknown_method():
-    with pytest.raises(ValueError, match="Unknown normalization 'zscore'"):
+    with pytest.raises(ValueError, match="Unknown advantage 'zscore'"):
         normalize([1.0], "zscore")
     with pytest.raises(ValueError, match="group key"):
         normalize([1.0], "group")

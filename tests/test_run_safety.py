@@ -251,10 +251,10 @@ def chz_replace(config, **changes):
 
 def test_high_drop_rate_is_flagged(tmp_path: Path, monkeypatch) -> None:
     """Requests of env 0 always fail: after the retries its episodes are dropped, counted, warned about."""
-    import gemlab.rollout
+    import gemlab.episodes
     from gemlab.local import LocalServiceClient
 
-    monkeypatch.setattr(gemlab.rollout, "RETRY_DELAYS", (0.0,))
+    monkeypatch.setattr(gemlab.episodes, "RETRY_DELAYS", (0.0,))
 
     class EnvZeroDown(FaultyTraining):
         async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
@@ -289,11 +289,11 @@ def _wrapping(create, cls):
 def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path, monkeypatch, capsys, reference) -> None:
     """From step 3 on every request fails, retries included: the command saves step 3's state,
     prints one line with the resume command, exits 1; the rerun (sampler back) loses nothing."""
-    import gemlab.rollout
+    import gemlab.episodes
     import gemlab.train
-    from gemlab.training import Trainer as RealTrainer
+    from gemlab.trainer import Trainer as RealTrainer
 
-    monkeypatch.setattr(gemlab.rollout, "RETRY_DELAYS", (0.0, 0.0))
+    monkeypatch.setattr(gemlab.episodes, "RETRY_DELAYS", (0.0, 0.0))
 
     class DownFromStep3(FaultyTraining):
         async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
@@ -341,3 +341,22 @@ def test_a_field_added_after_the_run_started_counts_as_its_default(tmp_path: Pat
     (run / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"different config \(num_minibatches 1 -> 2\)"):
         Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="damaged", **SMALL, num_minibatches=2), progress=False)
+
+
+def test_a_config_with_the_old_normalization_field_resumes_unchanged(tmp_path: Path) -> None:
+    """``normalization`` was renamed ``advantage``: a run folder that saved the old name resumes
+    without counting it as a change, and ``read_run`` shows it under the new name."""
+    from gemlab.run_folder import read_run
+
+    run = _four_steps(tmp_path)
+    saved = json.loads((run / "config.json").read_text())
+    saved["normalization"] = saved.pop("advantage")
+    (run / "config.json").write_text(json.dumps(saved))
+    assert read_run(run).config["advantage"] == "rebn" and "normalization" not in read_run(run).config
+    trainer = _trainer(tmp_path, "damaged")
+    assert trainer.step_index == 4 and not (run / "config_changes.jsonl").exists()
+    trainer.close()
+    saved["normalization"] = "none"
+    (run / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=r"different config \(advantage 'none' -> 'rebn'\)"):
+        _trainer(tmp_path, "damaged")

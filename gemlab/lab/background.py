@@ -1,24 +1,16 @@
 """Training that does not block the notebook: steps awaited from the kernel's own event loop.
 
-The ``Trainer`` computes on its private loop thread; the lab awaits each step from the kernel's
-loop through ``asyncio.wrap_future``, so the kernel stays free to handle button clicks and to
-sync widgets between steps (display updates from other threads are unreliable in ipykernel 7).
+The ``Trainer`` computes on its own loop thread; the lab awaits each step (``trainer.astep()``)
+from the kernel's loop, so the kernel stays free to handle button clicks and to sync widgets
+between steps (display updates from other threads are unreliable in ipykernel 7).
 """
 
 from __future__ import annotations
 
-import asyncio
 import statistics
-from typing import Any, Awaitable, Callable, Coroutine, TypeVar
+from typing import Awaitable, Callable
 
-from gemlab.training import Trainer
-
-T = TypeVar("T")
-
-
-async def on_trainer_loop(trainer: Trainer, coroutine: Coroutine[Any, Any, T]) -> T:
-    """Await ``coroutine`` on the trainer's loop thread from another running loop."""
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, trainer._loop.loop))
+from gemlab.trainer import Trainer
 
 
 def eta_seconds(step_times: list[float], remaining: int) -> float | None:
@@ -50,7 +42,7 @@ async def train_until(
     """
     while trainer.step_index < last_step and not stop_requested():
         # ALGO LOGIC: one policy-gradient step, computed off the kernel's loop
-        metrics = await on_trainer_loop(trainer, trainer.astep())
+        metrics = await trainer.astep()
         await on_step(metrics)
-    await asyncio.to_thread(trainer.save_checkpoint)
+    await trainer.asave_checkpoint()
     return "finished" if trainer.step_index >= last_step else "stopped"

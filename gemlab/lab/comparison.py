@@ -8,54 +8,20 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import chz
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from gemlab.config import Config
 from gemlab.plots import LABELS, floor_y_span, smooth
+from gemlab.run_folder import SavedRun, is_run_folder
 
 # Config fields that say where a run lives, not what it does: never used to tell runs apart.
 BOOKKEEPING = ("log_dir", "run_name", "wandb_project", "save_every")
 COMPARED_METRICS = ("sampler/success_rate", "sampler/episode_return")
 FINAL_WINDOW = 5  # "final success" is the mean over a run's last steps, this many of them
-
-
-@dataclass
-class SavedRun:
-    """One run folder as read from disk: its settings, its metrics, its checkpoints."""
-
-    path: Path
-    config: dict
-    metrics: pd.DataFrame
-    checkpoints: list[dict] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-    @property
-    def steps_done(self) -> int:
-        return len(self.metrics)
-
-    @property
-    def status(self) -> str:
-        """``finished``, ``stopped`` (a checkpoint before ``max_steps``) or ``no checkpoint``."""
-        if not self.checkpoints:
-            return "no checkpoint"
-        last = int(self.checkpoints[-1]["step"])
-        return "finished" if last >= int(self.config.get("max_steps", 0)) else f"stopped at {last}"
-
-
-def is_run_folder(path: Path) -> bool:
-    """A folder holding a run's ``config.json`` and at least one line of ``metrics.jsonl``."""
-    metrics = path / "metrics.jsonl"
-    return (path / "config.json").is_file() and metrics.is_file() and metrics.stat().st_size > 0
 
 
 def find_runs(*folders: str | Path) -> list[Path]:
@@ -67,17 +33,6 @@ def find_runs(*folders: str | Path) -> list[Path]:
         if folder.is_dir():
             found.extend(p for p in folder.iterdir() if p.is_dir() and is_run_folder(p))
     return sorted(found, key=lambda p: (p.stat().st_mtime, str(p)))
-
-
-def load_run(path: str | Path) -> SavedRun:
-    """Read one run folder (config, metrics, checkpoint index). Settings a run's config predates
-    (``loss_fn`` in ``data/runs``) take their default, which is what that run trained with."""
-    path = Path(path)
-    config = {**chz.asdict(Config()), **json.loads((path / "config.json").read_text())}
-    metrics = pd.read_json(path / "metrics.jsonl", lines=True)
-    index = path / "checkpoints.jsonl"
-    checkpoints = [json.loads(line) for line in index.read_text().splitlines() if line.strip()] if index.exists() else []
-    return SavedRun(path=path, config=config, metrics=metrics, checkpoints=checkpoints)
 
 
 def differing_settings(runs: Sequence[SavedRun]) -> list[str]:

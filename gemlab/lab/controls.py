@@ -14,7 +14,7 @@ import ipywidgets as widgets
 
 from gemlab.config import Config, POLICY_LOSSES
 from gemlab.envs import check_env_id, known_env_ids, wrapper_names
-from gemlab.returns import NORMALIZATIONS
+from gemlab.returns import ADVANTAGES
 
 LOSSES = ("importance_sampling", "ppo", "cispo")  # the lab's choices of Tinker's policy-gradient losses
 CLIP_DEFAULTS = {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}  # Tinker's ppo defaults
@@ -23,13 +23,13 @@ LORA_RANKS = (1, 2, 4, 8, 16, 32, 64)
 # 0.0019953 a log slider's 0.1 steps would give; the base config's own value is added to them.
 LEARNING_RATES = tuple(float(f"{m}e{e}") for e in range(-6, 0) for m in (1, 2, 5))
 SETTINGS = (  # the Config fields the lab sets, in display order
-    "learning_rate", "gamma", "normalization", "loss_fn", "batch_size", "num_env",
+    "learning_rate", "gamma", "advantage", "loss_fn", "batch_size", "num_env",
     "lora_rank", "temperature", "max_tokens", "max_steps", "seed", "env_id",
 )  # fmt: skip
 
 # The classic comparisons: each is a list of runs, each run a few settings over the widgets'.
 COMPARISONS: dict[str, list[dict[str, Any]]] = {
-    "ReBN vs none": [{"normalization": "rebn"}, {"normalization": "none"}],
+    "ReBN vs none": [{"advantage": "rebn"}, {"advantage": "none"}],
     "gamma 0.5 / 0.9 / 1.0": [{"gamma": 0.5}, {"gamma": 0.9}, {"gamma": 1.0}],
     "too-large learning rate": [{}, {"learning_rate": 5e-2}],  # 25x the laptop's 2e-3: collapses within 2 steps
     "importance sampling vs PPO": [{"loss_fn": "importance_sampling"}, {"loss_fn": "ppo"}],
@@ -53,7 +53,7 @@ class Controls:
                 layout=wide,
             ),
             "gamma": widgets.FloatSlider(value=base.gamma, min=0.0, max=1.0, step=0.05, description="gamma", style=style, layout=wide),
-            "normalization": widgets.Dropdown(options=list(NORMALIZATIONS), value=base.normalization, description="normalization", style=style, layout=wide),
+            "advantage": widgets.Dropdown(options=list(ADVANTAGES), value=base.advantage, description="advantage", style=style, layout=wide),
             "loss_fn": widgets.Dropdown(options=list(LOSSES), value=base.loss_fn, description="loss", style=style, layout=wide),
             "clip_low_threshold": widgets.FloatSlider(
                 value=clip.get("clip_low_threshold", CLIP_DEFAULTS["clip_low_threshold"]), min=0.1, max=1.0, step=0.05, description="clip low", style=style, layout=wide
@@ -82,7 +82,7 @@ class Controls:
         w = self.widgets
         self.box = widgets.HBox(
             [
-                widgets.VBox([w["learning_rate"], w["gamma"], w["normalization"], w["loss_fn"], w["clip_low_threshold"], w["clip_high_threshold"]]),
+                widgets.VBox([w["learning_rate"], w["gamma"], w["advantage"], w["loss_fn"], w["clip_low_threshold"], w["clip_high_threshold"]]),
                 widgets.VBox([w["batch_size"], w["num_env"], w["lora_rank"], w["temperature"], w["max_tokens"], w["max_steps"]]),
                 widgets.VBox([w["seed"], w["env_id"]]),
             ]

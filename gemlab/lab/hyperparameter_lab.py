@@ -21,11 +21,12 @@ import pandas as pd
 from gemlab.backend import get_service_client, resolve_backend
 from gemlab.config import Config
 from gemlab.lab.background import eta_seconds, format_seconds, train_until
-from gemlab.lab.comparison import SavedRun, comparison_figure, figure_png, find_runs, live_figure, load_run, runs_table
+from gemlab.lab.comparison import comparison_figure, figure_png, find_runs, live_figure, runs_table
 from gemlab.lab.controls import COMPARISONS, Controls
 from gemlab.lab.watch import play_saved_policy
-from gemlab.rollout import Episode
-from gemlab.training import Trainer, TrainingDiverged
+from gemlab.episodes import Episode
+from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
+from gemlab.trainer import Trainer, TrainingDiverged
 from gemlab.notebook.viewer import episode_html
 
 LIVE_PANELS = (
@@ -143,7 +144,7 @@ class HyperparameterLab:
         self.run_picker.options = options
         self.run_picker.value = tuple(o for o in options if o in chosen or (o not in known and o in mine))
         self._refreshing = False
-        watchable = [o for o in options if (Path(o) / "checkpoints.jsonl").exists()]
+        watchable = [o for o in options if (Path(o) / CHECKPOINTS_FILE).exists()]
         current = [CURRENT] if self._last_episode else []
         chosen_policy = self.watch_picker.value
         self.watch_picker.options = current + watchable[::-1]
@@ -257,7 +258,7 @@ class HyperparameterLab:
 
     def comparison_runs(self) -> list[SavedRun]:
         """The runs chosen in the comparison picker, read from disk."""
-        return [load_run(p) for p in self.run_picker.value if Path(p, "metrics.jsonl").exists()]
+        return [read_run(p) for p in self.run_picker.value if Path(p, METRICS_FILE).exists()]
 
     def _draw_comparison(self) -> None:
         runs = self.comparison_runs()
@@ -276,7 +277,7 @@ class HyperparameterLab:
         try:
             if self._watch_service is None:
                 self._watch_service = await asyncio.to_thread(self._new_watch_service)
-            run = load_run(path)
+            run = read_run(path)
             # on a loop of its own, in a thread: the kernel's loop stays free while the model loads
             episode = await asyncio.to_thread(asyncio.run, play_saved_policy(run, self._watch_service, seed=int(time.time()) % 10_000))
             self.episode.value = episode_html(episode, gamma=run.config.get("gamma"), title=f"{path.name}, last checkpoint").source

@@ -8,10 +8,9 @@ import chz
 
 from gemlab.config import Config
 from gemlab.envs import make_envs
-from gemlab.lab.comparison import SavedRun
 from gemlab.local.checkpoints import SCHEME, WEIGHTS_FILE, folder_of
-from gemlab.rollout import Episode, collect_episode
-from gemlab.run_folder import LOCAL_CHECKPOINTS_DIR
+from gemlab.episodes import Episode, collect_episode
+from gemlab.run_folder import LOCAL_CHECKPOINTS_DIR, SavedRun
 from gemlab.templates import get_template
 
 

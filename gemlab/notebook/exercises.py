@@ -29,7 +29,7 @@ from gemlab.envs import make_envs
 from gemlab.notebook import solutions
 from gemlab.plots import smooth
 from gemlab.returns import discounted_returns, rebn
-from gemlab.rollout import Episode, Transition
+from gemlab.episodes import Episode, play_episode_now
 from gemlab.templates import get_template
 
 TOLERANCE = 1e-6
@@ -218,17 +218,7 @@ def play_policy(env: Any, policy: Callable[[str], str], *, target: int | None = 
     observation, _ = env.reset()
     if target is not None:
         env.unwrapped.game_number = target
-    episode = Episode()
-    done = False
-    while not done and episode.num_turns < max_turns:
-        action = policy(observation)
-        next_observation, reward, terminated, truncated, _ = env.step(action)
-        done = bool(terminated or truncated)
-        episode.transitions.append(
-            Transition(obs_tokens=[], act_tokens=[], act_logprobs=[], reward=float(reward), done=done, observation=observation, action=str(action))
-        )
-        observation = next_observation
-    return episode
+    return play_episode_now(env, lambda observation: str(policy(observation)), start=observation, max_turns=max_turns)
 
 
 def _transcript(episode: Episode) -> str:

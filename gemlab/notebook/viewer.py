@@ -20,7 +20,7 @@ import pandas as pd
 
 from gemlab.plots import KL_MIN_SPAN, LABELS, floor_y_span
 from gemlab.returns import discounted_returns
-from gemlab.rollout import Episode
+from gemlab.episodes import Episode, play_turn
 from gemlab.templates import TEMPLATES, get_template
 
 # Pastel backgrounds that alternate between neighbouring tokens; dark text stays readable on them
@@ -533,9 +533,6 @@ class InteractiveGame:
     def __init__(self, env: Any, *, gamma: float | None = None) -> None:
         import ipywidgets as widgets
 
-        from gemlab.rollout import Transition
-
-        self._transition = Transition
         self.env = env
         self.gamma = gamma
         self.episode = Episode()
@@ -578,12 +575,9 @@ class InteractiveGame:
         if not action.strip():
             self._draw("Type an action first, e.g. <code>\\boxed{5}</code>.")
             return
-        next_observation, reward, terminated, truncated, _ = self.env.step(action)
-        self.done = bool(terminated or truncated)
-        self.episode.transitions.append(
-            self._transition(obs_tokens=[], act_tokens=[], act_logprobs=[], reward=float(reward), done=self.done, observation=self.observation, action=action)
-        )
-        self.observation = next_observation
+        transition, self.observation = play_turn(self.env, self.observation, action)  # the turn of the one episode loop
+        self.episode.transitions.append(transition)
+        self.done = transition.done
         self.action_box.value = ""
         self._draw("")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from tinker import types
 
-from gemlab.rollout import end_of_turn_ids
+from gemlab.episodes import end_of_turn_ids
 from gemlab.serve.schemas import ChatCompletionRequest, CompletionRequest, OpenAIError
 
 

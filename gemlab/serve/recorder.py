@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from gemlab.rollout import Episode, Transition
+from gemlab.episodes import Episode, Transition
 from gemlab.serve.completions import Generation
 
 

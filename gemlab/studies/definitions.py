@@ -32,10 +32,10 @@ ENVIRONMENTS: dict[str, dict[str, Any]] = {
     "products": dict(model_name=TINY_PRODUCTS, env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
 }
 METHODS: dict[str, dict[str, Any]] = {
-    "reinforce": dict(normalization="none"),
-    "rebn": dict(normalization="rebn"),
-    "grpo": dict(normalization="grpo", gamma=1.0, group_size=8),
-    "ppo": dict(normalization="rebn", loss_fn="ppo", num_minibatches=4),
+    "reinforce": dict(advantage="none"),
+    "rebn": dict(advantage="rebn"),
+    "grpo": dict(advantage="grpo", gamma=1.0, group_size=8),
+    "ppo": dict(advantage="rebn", loss_fn="ppo", num_minibatches=4),
 }
 METHOD_LABELS = {
     "reinforce": "REINFORCE (raw returns)",

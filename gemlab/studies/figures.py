@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -11,10 +10,9 @@ import numpy as np
 import pandas as pd
 
 from gemlab import plots
-from gemlab.run_folder import CONFIG_FILE
+from gemlab.run_folder import METRICS_FILE, read_run
 from gemlab.studies.definitions import ENVIRONMENTS, METHOD_LABELS
 from gemlab.studies.guessing import binary_search, random_consistent
-from gemlab.training import METRICS_FILE
 
 WINDOW = 10  # first-10 / last-10 steps in the tables
 
@@ -26,9 +24,9 @@ def load_study(folder: str | Path) -> dict[str, pd.DataFrame]:
     folder = Path(folder)
     runs = {}
     for path in sorted(folder.glob(f"*/{METRICS_FILE}")):
-        frame = pd.read_json(path, lines=True)
-        if len(frame) >= json.loads((path.parent / CONFIG_FILE).read_text())["max_steps"]:
-            runs[path.parent.name] = frame
+        run = read_run(path.parent)
+        if run.steps_done >= run.config["max_steps"]:
+            runs[run.name] = run.metrics
     if not runs:
         raise FileNotFoundError(f"no finished runs under {folder}: run `python benchmarks/reproduce_gem.py` first")
     return runs

@@ -8,32 +8,27 @@ writes them).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from tqdm.auto import tqdm
 
-from gemlab.config import Config
-from gemlab.run_folder import CONFIG_FILE
-from gemlab.training import CHECKPOINTS_FILE, METRICS_FILE, Trainer
+from gemlab.config import CONFIG_FILE, Config
+from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, read_rows
+from gemlab.trainer import Trainer
 
 KEEP = (CONFIG_FILE, METRICS_FILE)  # what a finished run folder holds
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def steps_done(config: Config) -> int:
     """Steps of this run already in its ``metrics.jsonl`` and safe to keep: all of them when the
     run finished, else those up to its last checkpoint (what the trainer resumes from)."""
     run_dir = Path(config.log_dir) / config.resolved_run_name
-    rows = _rows(run_dir / METRICS_FILE)
+    rows = read_rows(run_dir / METRICS_FILE).rows
     if len(rows) >= config.max_steps:
         return config.max_steps
-    checkpoints = _rows(run_dir / CHECKPOINTS_FILE)
+    checkpoints = read_rows(run_dir / CHECKPOINTS_FILE).rows
     return int(checkpoints[-1]["step"]) if checkpoints else 0
 
 

@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from gemlab.envs import make_envs
-from gemlab.rollout import end_of_turn_ids
+from gemlab.episodes import end_of_turn_ids, play_episode_now
 from gemlab.templates import get_template
 from gemlab.tiny import registry
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
@@ -78,17 +78,21 @@ def game_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterato
         observation, _ = env.reset()
         numbers = range(game.min_number, game.max_number + 1)
         low, high = game.min_number, game.max_number
-        done = False
-        while not done:
+        states: list[GameState] = []
+
+        def teacher(observation: str) -> str:  # bisects, except with probability 1 - skill
+            nonlocal low, high
             middle = (low + high) // 2
             guess = middle if rng.random() < skill else rng.choice(numbers)
-            yield GameState(template.render(observation, tokenizer), middle, guess, numbers)
+            states.append(GameState(template.render(observation, tokenizer), middle, guess, numbers))
             if guess < game.game_number:
                 low = max(low, guess + 1)
             elif guess > game.game_number:
                 high = min(high, guess - 1)
-            observation, _, terminated, truncated, _ = env.step(f"\\boxed{{{guess}}}")
-            done = terminated or truncated
+            return f"\\boxed{{{guess}}}"
+
+        play_episode_now(env, teacher, start=observation)
+        yield from states
 
 
 def product_states(env_id: str, seed: int, tokenizer: Any) -> Iterator[GameState]:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import gemlab.local.checkpoints
 import gemlab.run_folder
-import gemlab.training
+import gemlab.trainer
 
 
 class FaultySampler:
@@ -104,8 +104,8 @@ def install(point: str, step: int, action: Callable[[], None]) -> None:
         gemlab.run_folder.os = type(sys)("os_with_faults")
         gemlab.run_folder.os.__dict__.update({**os.__dict__, "replace": replace})
     else:
-        real = gemlab.training.Trainer._default_service_client
-        gemlab.training.Trainer._default_service_client = lambda self: FaultyService(real(self), point, step, action)
+        real = gemlab.trainer.Trainer._default_service_client
+        gemlab.trainer.Trainer._default_service_client = lambda self: FaultyService(real(self), point, step, action)
 
 
 if __name__ == "__main__":

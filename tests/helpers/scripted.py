@@ -3,7 +3,7 @@
 import numpy as np
 from tinker import types
 
-from gemlab.rollout import end_of_turn_ids
+from gemlab.episodes import end_of_turn_ids
 from gemlab.templates import get_template
 from gemlab.tiny.model import load_tiny_tokenizer
 

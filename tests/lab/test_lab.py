@@ -13,7 +13,8 @@ from gemlab import Trainer
 from gemlab.config import Config, make_config
 from gemlab.lab import HyperparameterLab
 from gemlab.lab.background import eta_seconds
-from gemlab.lab.comparison import comparison_figure, find_runs, load_run, run_labels, runs_table
+from gemlab.lab.comparison import comparison_figure, find_runs, run_labels, runs_table
+from gemlab.run_folder import read_run
 from gemlab.lab.controls import Controls
 
 DATA_RUNS = Path(__file__).resolve().parents[2] / "data" / "runs"
@@ -137,8 +138,8 @@ def test_a_preset_runs_its_comparison_one_run_after_another(tmp_path):
 
     drive(scenario)
     folders = sorted((tmp_path / "runs").iterdir())
-    assert [json.loads((f / "config.json").read_text())["normalization"] for f in folders] == ["rebn", "none"]
-    assert sorted(run_labels(lab.comparison_runs())) == ["normalization=none", "normalization=rebn"]
+    assert [json.loads((f / "config.json").read_text())["advantage"] for f in folders] == ["rebn", "none"]
+    assert sorted(run_labels(lab.comparison_runs())) == ["advantage=none", "advantage=rebn"]
 
 
 def test_watch_plays_a_saved_policy_and_the_last_batch(tmp_path):
@@ -161,14 +162,14 @@ def test_watch_plays_a_saved_policy_and_the_last_batch(tmp_path):
 
 
 def test_precomputed_runs_are_labelled_by_the_settings_that_differ():
-    runs = [load_run(DATA_RUNS / name) for name in ("rebn-seed0", "none-seed0", "rebn-seed1")]
-    assert run_labels(runs) == ["normalization=rebn, seed=0", "normalization=none, seed=0", "normalization=rebn, seed=1"]
+    runs = [read_run(DATA_RUNS / name) for name in ("rebn-seed0", "none-seed0", "rebn-seed1")]
+    assert run_labels(runs) == ["advantage=rebn, seed=0", "advantage=none, seed=0", "advantage=rebn, seed=1"]
     table = runs_table(runs)
     assert list(table["steps"]) == ["100/100"] * 3
     assert list(table["status"]) == ["no checkpoint"] * 3
     assert table["final success (last 5 steps)"].iloc[0] > table["final success (last 5 steps)"].iloc[1]  # ReBN learns more
     assert runs[0].config["loss_fn"] == "importance_sampling"  # data/runs predate loss_fn: its default
-    same = [load_run(DATA_RUNS / "rebn-seed0"), load_run(DATA_RUNS / "rebn-seed0")]
+    same = [read_run(DATA_RUNS / "rebn-seed0"), read_run(DATA_RUNS / "rebn-seed0")]
     assert run_labels(same) == ["rebn-seed0", "rebn-seed0"]
     assert len(find_runs(DATA_RUNS, DATA_RUNS / "missing")) == 6
 

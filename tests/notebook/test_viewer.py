@@ -8,7 +8,7 @@ import pytest
 
 from gemlab.datums import policy_gradient_datum
 from gemlab.notebook import viewer
-from gemlab.rollout import Episode, Transition
+from gemlab.episodes import Episode, Transition
 from gemlab.templates import TEMPLATES, get_template
 from gemlab.tiny.model import load_tiny_tokenizer
 

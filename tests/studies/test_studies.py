@@ -10,12 +10,13 @@ import pytest
 
 from gemlab import make_config
 from gemlab.envs import make_envs
-from gemlab.rollout import Episode, RolloutBatch, Transition, collect_batch
+from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch
+from gemlab.step import prepare_transitions
 from gemlab.studies.definitions import study_configs
 from gemlab.studies.figures import group_runs, summary_table
 from gemlab.studies.runner import run_configs
 from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
-from gemlab.training import Trainer, prepare_transitions
+from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
 TINY = dict(batch_size=8, num_env=4, max_steps=2)
@@ -37,7 +38,7 @@ def test_study_configs_cover_the_issue():
     assert len(algorithms) == 8
     assert {algorithms["guess-grpo-seed0"].gamma, algorithms["products-grpo-seed0"].group_size} == {1.0, 8}
     assert algorithms["products-ppo-seed0"].loss_fn == "ppo" and algorithms["guess-ppo-seed0"].num_minibatches == 4
-    assert algorithms["guess-reinforce-seed0"].normalization == "none"
+    assert algorithms["guess-reinforce-seed0"].advantage == "none"
     assert algorithms["products-rebn-seed0"].env_id == PRODUCTS_1DIGIT
     # no method gets more data or a different learning rate than another
     assert len({(c.batch_size, c.learning_rate, c.max_steps, c.lora_rank) for c in algorithms.values()}) == 1
@@ -59,7 +60,7 @@ def test_grouped_envs_play_one_problem_per_group():
     with pytest.raises(ValueError, match="group_size must divide num_env"):
         make_config("laptop", num_env=6, group_size=4)
     with pytest.raises(ValueError, match="set group_size >= 2"):
-        make_config("laptop", normalization="grpo")
+        make_config("laptop", advantage="grpo")
 
 
 def _episode(rewards, group):
@@ -69,7 +70,7 @@ def _episode(rewards, group):
 
 def test_grpo_gives_every_turn_its_episode_score_within_its_group():
     batch = RolloutBatch([_episode([0, 0, 1], "a"), _episode([0.5], "a"), _episode([0, 1], "b"), _episode([1], "b")])
-    _, advantages = prepare_transitions(batch, gamma=0.5, normalization="grpo", batch_size=100, rng=np.random.default_rng(0))
+    _, advantages = prepare_transitions(batch, gamma=0.5, advantage="grpo", batch_size=100, rng=np.random.default_rng(0))
     # group a: totals 1 and 0.5 -> +-1/sqrt(2) (mean 0.75, sample std 0.3536); group b: equal -> 0
     assert advantages == pytest.approx([2**-0.5] * 3 + [-(2**-0.5)] + [0.0] * 3, abs=1e-6)
 
@@ -131,7 +132,7 @@ def test_a_study_run_reruns_from_its_config_json_with_the_same_metrics(tmp_path)
     from gemlab.train import main
 
     config = chz.replace(study_configs("algorithms", tmp_path / "data", steps=2, seeds=[0])[2], batch_size=16, num_env=8)
-    assert config.normalization == "grpo"  # grouped envs and per-episode advantages, the most state to replay
+    assert config.advantage == "grpo"  # grouped envs and per-episode advantages, the most state to replay
     run_configs([config], progress=False)
     saved = tmp_path / "data" / "algorithms" / config.run_name
     assert main([f"config={saved / 'config.json'}", f"log_dir={tmp_path / 'again'}"]) == 0

@@ -10,15 +10,16 @@ import numpy as np
 import pytest
 
 from gemlab import Trainer, make_config
-from gemlab.async_rollout import AsyncRollouts
+from gemlab.sampling_ahead import AsyncRollouts
 from gemlab.config import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
 from gemlab.local import LocalServiceClient
 from gemlab.metrics import policy_metrics, rollout_metrics
-from gemlab.rollout import Episode, RolloutBatch, Transition, collect_batch, request_seed
+from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch
 from gemlab.templates import get_template
-from gemlab.training import prepare_transitions
+from gemlab.seeds import derive_seed
+from gemlab.step import prepare_transitions
 
 SMALL = dict(batch_size=16, num_env=4, max_tokens=8, save_every=-1)
 
@@ -65,15 +66,15 @@ def _compare_with_gems_loop(tmp_path):
     envs = make_envs(config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer)
     for step in range(2):
         sampler = training.save_weights_and_get_sampling_client().result()
-        random.seed(request_seed(config.seed, step))
+        random.seed(derive_seed(config.seed, step))
         batch = asyncio.run(
             collect_batch(
                 sampler, envs, tokenizer=tokenizer, template=get_template(config.template), min_transitions=config.batch_size,
-                max_tokens=config.max_tokens, temperature=config.temperature, seed=request_seed(config.seed, step, 1),
+                max_tokens=config.max_tokens, temperature=config.temperature, seed=derive_seed(config.seed, step, 1),
             )
         )  # fmt: skip
         transitions, advantages = prepare_transitions(
-            batch, gamma=config.gamma, normalization=config.normalization, batch_size=config.batch_size,
+            batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size,
             rng=np.random.default_rng([config.seed, step]),
         )  # fmt: skip
         datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]

@@ -1,6 +1,13 @@
-"""Multi-turn episodes of GEM games, played by a Tinker sampling client, many envs at once.
+"""Multi-turn episodes of GEM games: the one episode loop, and many envs played at once by a model.
 
-One turn: observation -> template -> tokens -> ``sample_async`` -> decode -> ``env.step``.
+``play_episode(env, policy)`` is the loop every player goes through: reset, then ask the policy
+for an action and ``env.step`` it until the game ends. A policy is any function from the
+observation text to an action (``str``, or an ``Action`` that also carries the sampled tokens),
+sync or async: a language model (``llm_policy``: observation -> template -> tokens ->
+``sample_async`` -> decode), a text function, a scripted teacher; a person plays through the
+same ``play_turn`` (``gemlab.viewer.GameWidget``). ``play_episode_now`` runs the loop without an
+event loop for policies that answer at once.
+
 All envs play concurrently under ``asyncio.gather``. ``collect_batch`` sends their requests in
 lockstep (``TurnRounds``): each turn, every live episode's request goes out together and in env
 order, so a backend that batches requests sees the same batches whatever the timing, and a run
@@ -11,11 +18,14 @@ dropped.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import itertools
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar, Union
 
 from tinker import types
 
+from gemlab.seeds import derive_seed
 from gemlab.templates import Template
 
 SUCCESS_REWARD = 1.0  # GEM's LanguageGameReward.success_reward
@@ -162,9 +172,106 @@ def sampling_params(tokenizer: Any, max_tokens: int, temperature: float = 1.0, s
     return types.SamplingParams(max_tokens=max_tokens, temperature=temperature, stop=end_of_turn_ids(tokenizer), seed=seed)
 
 
-def request_seed(*parts: int) -> int:
-    """A deterministic 31-bit sampling seed from integers (run seed, step, env, round, turn)."""
-    return hash(tuple(parts)) & 0x7FFFFFFF
+@dataclass
+class Action:
+    """A policy's answer to one observation: the text the env receives and, when a model sampled
+    it, the prompt tokens, the action tokens and their logprobs."""
+
+    text: str
+    obs_tokens: list[int] = field(default_factory=list)
+    act_tokens: list[int] = field(default_factory=list)
+    act_logprobs: list[float] = field(default_factory=list)
+    stop_reason: str = ""
+
+
+Policy = Callable[[str], Union[str, Action, Awaitable[Union[str, Action]]]]
+T = TypeVar("T")
+
+
+def play_turn(env: Any, observation: str, action: str | Action) -> tuple[Transition, str]:
+    """One turn: ``env.step`` the action; returns the turn as a ``Transition`` and the next observation."""
+    action = Action(text=str(action)) if not isinstance(action, Action) else action
+    next_observation, reward, terminated, truncated, _ = env.step(action.text)
+    transition = Transition(
+        obs_tokens=action.obs_tokens,
+        act_tokens=action.act_tokens,
+        act_logprobs=action.act_logprobs,
+        reward=float(reward),
+        done=bool(terminated or truncated),
+        observation=observation,
+        action=action.text,
+        stop_reason=action.stop_reason,
+    )
+    return transition, next_observation
+
+
+async def play_episode(
+    env: Any,
+    policy: Policy,
+    *,
+    reset_seed: int | None = None,
+    start: str | None = None,
+    max_turns: int | None = None,
+    env_index: int = 0,
+    group: tuple[int, int] | None = None,
+) -> Episode:
+    """Play one episode of ``env`` with ``policy`` until it ends (or after ``max_turns`` turns).
+
+    The env is reset first (with ``reset_seed`` if given: envs of one group get the same problem),
+    unless ``start`` is the observation it was already reset to."""
+    episode = Episode(env_index=env_index, group=group)
+    observation = start if start is not None else (env.reset() if reset_seed is None else env.reset(seed=reset_seed))[0]
+    done = False
+    while not done and (max_turns is None or episode.num_turns < max_turns):
+        action = policy(observation)
+        if inspect.isawaitable(action):
+            action = await action
+        transition, observation = play_turn(env, observation, action)
+        episode.transitions.append(transition)
+        done = transition.done
+    return episode
+
+
+def play_episode_now(env: Any, policy: Callable[[str], str | Action], **options: Any) -> Episode:
+    """``play_episode`` for a policy that answers at once (no sampler to wait for), without an
+    event loop: usable in scripts and inside a running notebook cell alike."""
+    return _run_without_loop(play_episode(env, policy, **options))
+
+
+def _run_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value
+    coroutine.close()
+    raise RuntimeError("this policy waits for something (an async sampler?): use `await play_episode(...)`")
+
+
+def llm_policy(
+    sampling_client: Any, *, tokenizer: Any, template: Template, max_tokens: int, temperature: float = 1.0, seed: int | None = None
+) -> Policy:
+    """A language model as a policy for one episode: each turn renders the observation with the
+    template, samples one action (turn ``i`` with seed ``derive_seed(seed, i)``) and decodes it."""
+    turns = itertools.count()
+
+    async def act(observation: str) -> Action:
+        obs_tokens = template.render(observation, tokenizer)
+        turn = next(turns)
+        response = await sampling_client.sample_async(
+            prompt=types.ModelInput.from_ints(obs_tokens),
+            num_samples=1,
+            sampling_params=sampling_params(tokenizer, max_tokens, temperature, None if seed is None else derive_seed(seed, turn)),
+        )
+        sequence = response.sequences[0]
+        return Action(
+            text=tokenizer.decode(sequence.tokens),  # as GEM: special tokens stay (e.g. a final <|im_end|>)
+            obs_tokens=obs_tokens,
+            act_tokens=list(sequence.tokens),
+            act_logprobs=[float(x) for x in sequence.logprobs or []],
+            stop_reason=str(sequence.stop_reason),
+        )
+
+    return act
 
 
 async def collect_episode(
@@ -180,38 +287,10 @@ async def collect_episode(
     reset_seed: int | None = None,
     group: tuple[int, int] | None = None,
 ) -> Episode:
-    """Play one episode to its end; a sampling failure raises (the caller decides to drop it).
-
-    ``reset_seed`` resets the env with that seed (envs of one group get the same problem)."""
-    episode = Episode(env_index=env_index, group=group)
-    observation, _ = env.reset() if reset_seed is None else env.reset(seed=reset_seed)
-    done = False
-    while not done:
-        obs_tokens = template.render(observation, tokenizer)
-        turn_seed = None if seed is None else request_seed(seed, episode.num_turns)
-        response = await sampling_client.sample_async(
-            prompt=types.ModelInput.from_ints(obs_tokens),
-            num_samples=1,
-            sampling_params=sampling_params(tokenizer, max_tokens, temperature, turn_seed),
-        )
-        sequence = response.sequences[0]
-        action = tokenizer.decode(sequence.tokens)  # as GEM: special tokens stay (e.g. a final <|im_end|>)
-        next_observation, reward, terminated, truncated, _ = env.step(action)
-        done = bool(terminated or truncated)
-        episode.transitions.append(
-            Transition(
-                obs_tokens=obs_tokens,
-                act_tokens=list(sequence.tokens),
-                act_logprobs=[float(x) for x in sequence.logprobs or []],
-                reward=float(reward),
-                done=done,
-                observation=observation,
-                action=action,
-                stop_reason=str(sequence.stop_reason),
-            )
-        )
-        observation = next_observation
-    return episode
+    """One episode played by a sampling client (``llm_policy``); a sampling failure raises (the
+    caller decides to drop it). ``reset_seed`` resets the env with that seed."""
+    policy = llm_policy(sampling_client, tokenizer=tokenizer, template=template, max_tokens=max_tokens, temperature=temperature, seed=seed)
+    return await play_episode(env, policy, reset_seed=reset_seed, env_index=env_index, group=group)
 
 
 async def collect_batch(
@@ -252,9 +331,9 @@ async def collect_batch(
                     template=template,
                     max_tokens=max_tokens,
                     temperature=temperature,
-                    seed=None if seed is None else request_seed(seed, round_index, index),
+                    seed=None if seed is None else derive_seed(seed, round_index, index),
                     env_index=index,
-                    reset_seed=None if group_size == 1 else request_seed(seed or 0, round_index, index // group_size, 2),
+                    reset_seed=None if group_size == 1 else derive_seed(seed or 0, round_index, index // group_size, 2),
                     group=None if group_size == 1 else (round_index, index // group_size),
                 )
             finally:

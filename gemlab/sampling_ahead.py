@@ -1,4 +1,5 @@
-"""Rollouts collected ahead of the learner, with bounded staleness (``max_staleness = k``).
+"""Sampling ahead of the learner, with bounded staleness (``max_staleness = k``): one of the two
+places a ``Trainer``'s sampling can run (the other is inline, in the step itself).
 
 The synchronous loop alternates: sample a batch with the current weights, train on it, repeat,
 so the sampler idles while the learner trains and the other way round. Here a producer task
@@ -14,6 +15,7 @@ bounded off-policyness, reduced to one sampler and one learner.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from gemlab.rollout import RolloutBatch, Transition
+from gemlab.episodes import RolloutBatch, Transition
+from gemlab.step import Players, play_batch, sample, stamp_version
 
 
 @dataclass
@@ -33,13 +36,6 @@ class ReadyBatch:
     version: int
     started: float
     finished: float
-
-
-def stamp_version(batch: RolloutBatch, version: int) -> None:
-    """Record on every transition the weights version that sampled it."""
-    for episode in batch.episodes:
-        for transition in episode.transitions:
-            transition.sampler_version = version
 
 
 def staleness_metrics(transitions: list[Transition], step: int) -> dict[str, float]:
@@ -135,3 +131,56 @@ class AsyncRollouts:
             raise
         except BaseException as error:  # handed to the learner at its next take()
             self._ready.put_nowait(error)
+
+
+class InlineSampler:
+    """Sampling inside the step: snapshot the weights, play, then train (GEM's synchronous loop)."""
+
+    def __init__(self, training_client: Any, players: Players, clock: float) -> None:
+        self.training_client, self.players, self.clock = training_client, players, clock
+
+    async def batch_for(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch for ``step``, sampled now by the current weights, and when it was sampled."""
+        start = time.time()
+        batch = await sample(self.training_client, self.players, step)
+        return batch, {"time/sample_start": start - self.clock, "time/sample_end": time.time() - self.clock}
+
+    def weights_updated(self, version: int) -> None:
+        """Nothing to do: the next step snapshots the weights itself."""
+
+    async def close(self) -> None:
+        """Nothing runs between steps."""
+
+
+class AheadSampler:
+    """Sampling ahead of the learner (``AsyncRollouts``), started on the first ``batch_for``."""
+
+    def __init__(self, training_client: Any, players: Players, clock: float, max_staleness: int) -> None:
+        self.training_client, self.players, self.clock, self.max_staleness = training_client, players, clock, max_staleness
+        self._rollouts: AsyncRollouts | None = None
+
+    async def batch_for(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch for ``step`` from those collected ahead, when it was sampled, how long the
+        learner waited for it and how many stale batches were dropped."""
+        if self._rollouts is None:
+            self._rollouts = AsyncRollouts(functools.partial(play_batch, self.players), max_staleness=self.max_staleness, first_step=step)
+            self.weights_updated(step)
+        waited = time.time()
+        ready, dropped = await self._rollouts.take(step)
+        return ready.batch, {
+            "time/sample_start": ready.started - self.clock,
+            "time/sample_end": ready.finished - self.clock,
+            "time/wait": time.time() - waited,
+            "async/batches_dropped": float(dropped),
+        }
+
+    def weights_updated(self, version: int) -> None:
+        """Hand the sampler the learner's new weights (the learner does not wait for them)."""
+        if self._rollouts is not None:
+            self._rollouts.publish(self.training_client.save_weights_and_get_sampling_client(), version=version)
+
+    async def close(self) -> None:
+        """Stop collecting once the batch being played is complete."""
+        if self._rollouts is not None:
+            await self._rollouts.close()
+            self._rollouts = None

@@ -99,3 +99,49 @@ def test_laptop_preset_learns(tmp_path):
         trainer.close()
     first, last = sum(success[:5]) / 5, sum(success[-5:]) / 5
     assert last > first + 0.1, f"success {first:.2f} -> {last:.2f}"
+
+
+def test_astep_on_a_foreign_loop_after_step_with_sampling_ahead(tmp_path):
+    """``asyncio.run(trainer.astep())`` after a sync ``step()`` (each call a new event loop, as
+    Jupyter's differs from the Trainer's), with a sampler running ahead: it continues the run."""
+    import asyncio
+
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="ahead", batch_size=16, num_env=4, max_tokens=8, max_staleness=1, save_every=-1)
+    with Trainer(config, progress=False) as trainer:
+        assert trainer.step()["step"] == 0
+        assert asyncio.run(trainer.astep())["step"] == 1
+        assert asyncio.run(trainer.astep())["step"] == 2
+        assert trainer.step()["step"] == 3
+    assert [m["step"] for m in _lines(tmp_path / "ahead" / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+def test_context_manager_closes_and_unlocks(tmp_path):
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="ctx", **{**SMALL, "warmup_steps": 0})
+    with Trainer(config, progress=False) as trainer:
+        trainer.step()
+        trainer.save_checkpoint()
+    again = Trainer(config, progress=False)  # refused if the first still held the folder
+    assert again.step_index == 1
+    again.close()
+
+
+def test_astep_cancelled_from_a_foreign_loop_leaves_a_consistent_trainer(tmp_path):
+    """Cancelling ``await trainer.astep()`` (what Ctrl-C does to a notebook cell) waits until the
+    step has rolled back (cancelled while sampling) or finished (while updating); either way the
+    counter, history and metrics file agree and the next step goes on."""
+    import asyncio
+
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="cancel", **{**SMALL, "warmup_steps": 0})
+
+    async def cancel_soon(trainer):
+        task = asyncio.ensure_future(trainer.astep())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with Trainer(config, progress=False) as trainer:
+        asyncio.run(cancel_soon(trainer))
+        assert trainer.consistent
+        assert trainer.step_index == len(trainer.history) == len(_lines(trainer.run_dir / "metrics.jsonl"))
+        assert trainer.step()["step"] == trainer.step_index - 1

@@ -7,7 +7,7 @@ import pytest
 from tinker import types
 
 from gemlab.envs import make_envs
-from gemlab.rollout import collect_batch, collect_episode, end_of_turn_ids
+from gemlab.episodes import collect_batch, collect_episode, end_of_turn_ids
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
 
@@ -95,3 +95,44 @@ def test_requests_go_out_in_env_order_whatever_the_timing():
         _batch(sampler, 4, 12)
         orders.append(sampler.prompts)
     assert orders[0] == orders[1]
+
+
+# ----- the one episode loop, played by other policies -----------------------------------------
+def test_a_text_function_plays_the_same_loop_without_an_event_loop():
+    from gemlab.episodes import play_episode_now
+
+    env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
+    low, high = [1], [10]
+
+    def bisect(observation: str) -> str:  # reads GEM's last hint from the observation
+        hints = [line for line in observation.split("\n") if line.startswith("At turn")]
+        if hints and "higher than" in hints[-1]:
+            low[0] = guesses[-1] + 1
+        elif hints and "lower than" in hints[-1]:
+            high[0] = guesses[-1] - 1
+        guesses.append((low[0] + high[0]) // 2)
+        return f"\\boxed{{{guesses[-1]}}}"
+
+    guesses: list[int] = []
+    episode = play_episode_now(env, bisect)
+    assert episode.won and 1 <= episode.num_turns <= 4
+    assert [t.action for t in episode.transitions] == [f"\\boxed{{{g}}}" for g in guesses]
+    assert all(t.obs_tokens == [] and t.act_tokens == [] for t in episode.transitions)
+
+
+def test_max_turns_cuts_an_episode_and_a_waiting_policy_is_refused_without_a_loop():
+    from gemlab.episodes import play_episode, play_episode_now
+
+    env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
+    def wrong(observation: str) -> str:  # a valid guess that is never the secret
+        return f"\\boxed{{{env.unwrapped.game_number % 10 + 1}}}"
+
+    assert play_episode_now(env, wrong, max_turns=2).num_turns == 2
+
+    async def slow(observation: str) -> str:
+        await asyncio.sleep(0)
+        return wrong(observation)
+
+    with pytest.raises(RuntimeError, match="use `await play_episode"):
+        play_episode_now(env, slow)
+    assert asyncio.run(play_episode(env, slow, max_turns=3)).num_turns == 3

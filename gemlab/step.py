@@ -1,0 +1,176 @@
+"""One training step of GEM's REINFORCE + ReBN, as plain functions to read top to bottom.
+
+    sample   1. snapshot the learner's weights for the sampler,
+             2. play ``num_env`` envs concurrently until ``batch_size`` transitions;
+    prepare  3. per episode, discounted returns ``G_t = r_t + gamma * G_{t+1}``,
+             4. advantages: all returns normalized over the batch (ReBN, ``Config.advantage``),
+             5. subsample ``batch_size`` transitions, one ``tinker.types.Datum`` each;
+    update   6. ``forward_backward(..., loss_fn)`` then ``optim_step`` (Adam), once per minibatch;
+    metrics  GEM's names for what happened.
+
+(GEM paper, Algorithm 1; GEM's Tinker example. ``examples/gem_loop.py`` is the same loop in one
+file with no gemlab import.) ``advantage="grpo"`` with ``group_size`` > 1 is GRPO instead of 3-4:
+envs play in groups that share one problem, and every turn of an episode gets the episode's total
+reward normalized within its group (trajectory-level, gamma 1).
+
+These functions talk to Tinker's client interface only; ``gemlab.trainer.Trainer`` strings them
+together with a run folder, and decides where sampling runs (``gemlab.sampling_ahead``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tinker import types
+from tqdm.auto import tqdm
+
+from gemlab.config import Config, adam_params
+from gemlab.datums import policy_gradient_datum
+from gemlab.episodes import RolloutBatch, Transition, collect_batch
+from gemlab.metrics import policy_metrics, rollout_metrics
+from gemlab.returns import discounted_returns, normalize
+from gemlab.seeds import derive_seed, step_generator
+from gemlab.templates import Template
+
+
+class NonFinite(ArithmeticError):
+    """A NaN or infinity came back from the sampler or the learner; the message says which."""
+
+
+@dataclass
+class Players:
+    """What plays a batch besides the weights: the envs, how observations become tokens, the config."""
+
+    config: Config
+    envs: list[Any]
+    tokenizer: Any
+    template: Template
+    progress: bool = True
+
+
+@dataclass
+class Prepared:
+    """A batch made ready for the learner: the trained transitions, their advantages and datums,
+    and the minibatches (lists of datum indices) to update on."""
+
+    transitions: list[Transition]
+    advantages: list[float]
+    datums: list[types.Datum]
+    minibatches: list[list[int]]
+
+
+# ----- 1-2. sample ------------------------------------------------------------------------------
+async def sample(training_client: Any, players: Players, step: int) -> RolloutBatch:
+    """Steps 1-2: a snapshot of the current weights plays the envs until ``batch_size`` transitions."""
+    sampling_client = await training_client.save_weights_and_get_sampling_client_async()
+    batch = await play_batch(players, step, sampling_client)
+    stamp_version(batch, step)
+    return batch
+
+
+async def play_batch(players: Players, index: int, sampling_client: Any) -> RolloutBatch:
+    """Batch ``index`` played by ``sampling_client``; its seeds derive from the run seed and ``index``."""
+    config = players.config
+    random.seed(derive_seed(config.seed, index))  # GEM's games draw from the global random
+    with tqdm(total=config.batch_size, desc=f"step {index} episodes", unit="transition", leave=False, disable=not players.progress) as bar:
+        return await collect_batch(
+            sampling_client,
+            players.envs,
+            tokenizer=players.tokenizer,
+            template=players.template,
+            min_transitions=config.batch_size,
+            max_tokens=config.max_tokens,
+            temperature=config.temperature,
+            seed=derive_seed(config.seed, index, 1),
+            progress=bar,
+            group_size=config.group_size,
+        )
+
+
+def stamp_version(batch: RolloutBatch, version: int) -> None:
+    """Record on every transition the weights version (optimizer steps taken) that sampled it."""
+    for episode in batch.episodes:
+        for transition in episode.transitions:
+            transition.sampler_version = version
+
+
+# ----- 3-5. prepare -----------------------------------------------------------------------------
+def prepare(batch: RolloutBatch, config: Config, step: int) -> Prepared:
+    """Steps 3-5: advantages, subsampling and datums; then the minibatches (PPO-style when > 1)."""
+    if not all(math.isfinite(x) for e in batch.episodes for t in e.transitions for x in t.act_logprobs):
+        raise NonFinite("the sampler returned non-finite logprobs (the weights blew up)")
+    rng = step_generator(config.seed, step)
+    transitions, advantages = prepare_transitions(batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size, rng=rng)
+    datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
+    order = rng.permutation(len(datums)) if config.num_minibatches > 1 else np.arange(len(datums))
+    minibatches = [list(chunk) for chunk in np.array_split(order, config.num_minibatches)]
+    return Prepared(transitions, advantages, datums, minibatches)
+
+
+def prepare_transitions(
+    batch: RolloutBatch, *, gamma: float, advantage: str, batch_size: int, rng: np.random.Generator
+) -> tuple[list[Transition], list[float]]:
+    """Steps 3-5 without the datums: returns per episode, advantages over the batch, then
+    ``batch_size`` of the transitions drawn without replacement by ``rng``."""
+    transitions: list[Transition] = []
+    returns: list[float] = []
+    for episode in batch.episodes:
+        transitions.extend(episode.transitions)
+        returns.extend(discounted_returns([t.reward for t in episode.transitions], gamma))  # ALGO LOGIC
+    if advantage == "grpo":  # one advantage per episode, from its group, on every turn
+        scores = normalize([e.total_reward for e in batch.episodes], "grpo", [e.group for e in batch.episodes])  # ALGO LOGIC
+        advantages = [score for episode, score in zip(batch.episodes, scores) for _ in episode.transitions]
+    else:
+        groups = [tuple(t.obs_tokens) for t in transitions] if advantage == "group" else None
+        advantages = normalize(returns, advantage, groups)  # ALGO LOGIC: ReBN by default
+    if len(transitions) > batch_size:
+        keep = rng.choice(len(transitions), batch_size, replace=False)  # ALGO LOGIC: subsample
+        transitions = [transitions[i] for i in keep]
+        advantages = [advantages[i] for i in keep]
+    return transitions, advantages
+
+
+# ----- 6. update --------------------------------------------------------------------------------
+async def update(training_client: Any, datums: list[types.Datum], minibatches: list[list[int]], config: Config) -> tuple[list[Any], dict[str, float]]:
+    """Step 6: one ``forward_backward`` + ``optim_step`` per minibatch. Returns the learner's
+    output per datum and the backend's metrics, combined as their names say (``loss:sum`` adds up,
+    ``grad_norm:mean`` averages). Raises ``NonFinite`` on a NaN or infinite loss or gradient."""
+    outputs: list[Any] = [None] * len(datums)
+    train: dict[str, list[float]] = {}
+    for minibatch in minibatches:
+        backward = await training_client.forward_backward_async([datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config)
+        optim = await training_client.optim_step_async(adam_params(config.learning_rate))
+        result = await backward.result_async()
+        check_finite(result.metrics)
+        try:
+            optim_result = await optim.result_async()
+        except ValueError as error:  # the local backend refuses a step that would make the weights non-finite
+            raise NonFinite(str(error)) from None
+        check_finite(optim_result.metrics or {})
+        for index, output in zip(minibatch, result.loss_fn_outputs):
+            outputs[index] = output
+        for key, value in {**result.metrics, **(optim_result.metrics or {})}.items():
+            train.setdefault(key, []).append(float(value))
+    return outputs, {f"train/{k}": sum(v) if k.endswith(":sum") else float(np.mean(v)) for k, v in train.items()}
+
+
+def check_finite(metrics: dict[str, float]) -> None:
+    """Raise ``NonFinite`` naming every NaN or infinite value of ``metrics``."""
+    bad = [key for key, value in metrics.items() if not math.isfinite(float(value))]
+    if bad:
+        raise NonFinite(", ".join(f"{key} is {metrics[key]}" for key in bad))
+
+
+# ----- metrics ----------------------------------------------------------------------------------
+def step_metrics(step: int, batch: RolloutBatch, transitions: list[Transition], outputs: list[Any], train: dict[str, float]) -> dict[str, float]:
+    """One step's row of ``metrics.jsonl`` (time fields aside): episodes, policy, learner."""
+    metrics: dict[str, float] = {"step": float(step)}
+    metrics.update(rollout_metrics(batch))
+    metrics.update(policy_metrics(transitions, outputs))
+    metrics.update(train)
+    metrics["train/num_transitions"] = float(len(transitions))
+    return metrics

@@ -1,0 +1,327 @@
+"""``Trainer``: one run of GEM's REINFORCE + ReBN loop, one step at a time or end to end.
+
+A step is the plain functions of ``gemlab.step`` (sample, prepare, update, metrics); the Trainer
+adds what a run needs around them:
+
+- **where sampling runs**: inline, in the step (GEM's synchronous loop), or ahead of the learner
+  with ``max_staleness = k > 0`` (``gemlab.sampling_ahead``): each batch is then sampled by weights
+  at most ``k`` steps old, every transition records that version, and the loss's importance ratio
+  corrects for the lag;
+- **a run folder** (``gemlab.run_folder.RunFolder``) that survives crashes, interrupts and a second
+  process: locked while a Trainer holds it; a step is all-or-nothing (an interrupt during sampling
+  rolls it back, one during the update lets it finish), so weights, optimizer, metrics and step
+  counter always agree; resume starts from the newest intact checkpoint;
+- **an event loop of its own** on a daemon thread: ``step()`` and ``run()`` work in scripts and in
+  Jupyter alike, and ``await trainer.astep()`` works from any other loop (the step still runs on
+  the Trainer's, where its clients and queues live).
+
+The loop talks to Tinker's client interface only; ``gemlab.backend`` decides whether that is real
+Tinker or the local backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+import warnings
+from concurrent.futures import Future
+from typing import Any, Coroutine, TypeVar
+
+import chz
+from tqdm.auto import tqdm
+
+from gemlab.backend import get_service_client, resolve_backend
+from gemlab.config import Config
+from gemlab.envs import check_env_id, make_envs, wrapper_names
+from gemlab.episodes import RolloutBatch, Transition
+from gemlab.metrics import DROP_RATE_WARNING
+from gemlab.run_folder import RunFolder
+from gemlab.sampling_ahead import AheadSampler, InlineSampler, staleness_metrics
+from gemlab.step import NonFinite, Players, Prepared, prepare, step_metrics, update
+from gemlab.templates import get_template
+from gemlab.warmup import warmup_async
+
+T = TypeVar("T")
+
+
+class TrainingDiverged(RuntimeError):
+    """A step produced a NaN or infinite loss or gradient; nothing of it was logged or saved."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM; raised after the step in flight has finished or been rolled back."""
+
+
+class _LoopThread:
+    """A private event loop on a daemon thread, so sync calls work in scripts and in Jupyter alike.
+
+    Ctrl-C while waiting cancels the coroutine and waits until it has wound down (a step rolls
+    back or finishes, see ``Trainer.astep``); a second Ctrl-C stops waiting and marks the state
+    unknown (``abandoned``)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.abandoned = False
+        threading.Thread(target=self.loop.run_forever, daemon=True, name="gemlab-loop").start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        finished = threading.Event()
+
+        async def tracked() -> T:
+            try:
+                return await coroutine
+            finally:
+                finished.set()
+
+        future: Future[T] = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
+        try:
+            while True:  # short waits: Python runs signal handlers (Ctrl-C) between them
+                try:
+                    return future.result(timeout=0.1)
+                except TimeoutError:
+                    continue
+        except KeyboardInterrupt:
+            future.cancel()
+            try:
+                while not finished.wait(0.05):
+                    pass
+            except KeyboardInterrupt:
+                self.abandoned = True
+                raise
+            raise
+
+    async def run_async(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Await ``coroutine`` on this loop from whatever loop the caller runs (or on this one).
+        Cancelled meanwhile, it cancels the coroutine and waits until it has wound down."""
+        caller = asyncio.get_running_loop()
+        if caller is self.loop:
+            return await coroutine
+        finished = caller.create_future()
+
+        async def tracked() -> T:
+            try:
+                return await coroutine
+            finally:
+                with contextlib.suppress(RuntimeError):  # a caller that stopped waiting may have closed its loop
+                    caller.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+
+        future: Future[T] = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            await asyncio.shield(finished)
+            raise
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+async def _finish(task: asyncio.Task) -> T:
+    """Await ``task`` to its end even if the caller is cancelled meanwhile (then re-raise that)."""
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        task.result()  # the step's own error, if it had one, wins over the interrupt
+        raise
+
+
+class Trainer:
+    """One training run. ``step()`` (or ``await astep()``) does one policy-gradient step and returns
+    its metrics; ``run()`` goes to ``max_steps``. A run whose folder holds a checkpoint resumes from
+    it. ``with Trainer(config) as trainer:`` closes it at the end."""
+
+    def __init__(self, config: Config, *, service_client: Any = None, progress: bool = True) -> None:
+        check_env_id(config.env_id)  # bad input fails here, before anything is created
+        wrapper_names(config.env_wrappers)
+        self.config = config
+        self.template = get_template(config.template)
+        self.progress = progress
+        self.folder = RunFolder(config.log_dir, config.resolved_run_name)
+        self.run_dir = self.folder.path
+        self.step_index = 0
+        self.history: list[dict[str, float]] = []
+        self.last_batch: RolloutBatch | None = None
+        self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
+        self._stop_requested = False
+        self._mid_update = False  # an update was sent but its step is not logged: state unknown
+        self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
+        self._wandb = None
+        if service_client is None:
+            service_client = self._default_service_client()  # a missing Tinker key fails before any file
+        self.folder.open()  # refused while another process (or Trainer) holds the folder
+        try:
+            changes = self.folder.check_config(config)
+            self.service_client = service_client
+            self._loop = _LoopThread()
+            self.training_client = self._loop.run(
+                service_client.create_lora_training_client_async(base_model=config.model_name, rank=config.lora_rank, seed=config.seed)
+            )
+            self.tokenizer = self.training_client.get_tokenizer()
+            self.envs = make_envs(
+                config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=self.tokenizer, group_size=config.group_size
+            )
+            self.step_index, self.history = self.folder.resume(lambda path: self._loop.run(self._load(path)))
+        except BaseException:
+            self.folder.abandon()  # bad input leaves no files: remove what this call made
+            raise
+        self.folder.save_config(config, changes, self.step_index)
+        players = Players(config, self.envs, self.tokenizer, self.template, progress)
+        if config.max_staleness > 0:
+            self.sampler: InlineSampler | AheadSampler = AheadSampler(self.training_client, players, self._clock, config.max_staleness)
+        else:
+            self.sampler = InlineSampler(self.training_client, players, self._clock)
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The run's saved checkpoints, oldest first: name, step and state_path."""
+        return self.folder.checkpoints
+
+    # ----- one step -----------------------------------------------------------------------
+    async def astep(self) -> dict[str, float]:
+        """One policy-gradient step, awaited from any event loop (Jupyter's too); see ``step``."""
+        return await self._loop.run_async(self._step())
+
+    def step(self) -> dict[str, float]:
+        """One policy-gradient step; returns its metrics (also appended to ``metrics.jsonl``).
+
+        All or nothing: interrupted (Ctrl-C) while sampling, nothing has changed; once the update
+        is sent, the step finishes, is logged and counted before the interrupt goes on."""
+        return self._loop.run(self._step())
+
+    async def _step(self) -> dict[str, float]:
+        """The step on the Trainer's own loop: sample (inline or ahead), prepare, then the update."""
+        self._check_usable()
+        step = self.step_index
+        try:
+            if step == 0 and self.config.warmup_steps > 0 and not self.history:
+                await self._warmup()
+            start = time.time()
+            batch, timeline = await self.sampler.batch_for(step)  # 1-2. snapshot the weights, play the envs
+            self.last_batch = batch
+            prepared = prepare(batch, self.config, step)  # 3-5. returns, advantages, subsampling, datums
+            timeline.update(staleness_metrics(prepared.transitions, step))
+            # 6. the update; from here on the step always completes (or the Trainer is unusable)
+            return await _finish(asyncio.ensure_future(self._update(step, batch, prepared, start, timeline)))
+        except NonFinite as error:
+            last = self.checkpoints[-1]["step"] if self.checkpoints else 0
+            raise TrainingDiverged(
+                f"step {step} diverged: {error} (learning_rate={self.config.learning_rate}); stopped before logging or "
+                f"saving it. The run folder resumes from step {last}; lower learning_rate and use a new run_name "
+                "(or allow_config_change=true)"
+            ) from None
+
+    async def _update(self, step: int, batch: RolloutBatch, prepared: Prepared, start: float, timeline: dict[str, float]) -> dict[str, float]:
+        """Train on ``prepared``, then log the step's metrics and checkpoint if due."""
+        train_start = time.time()
+        self._mid_update = True  # from here until the step is logged, weights and metrics may disagree
+        outputs, train = await update(self.training_client, prepared.datums, prepared.minibatches, self.config)
+        self.sampler.weights_updated(step + 1)  # new weights go to a sampler running ahead at once
+        self.last_update = (prepared.transitions, outputs)
+        metrics = step_metrics(step, batch, prepared.transitions, outputs, train)
+        if batch.drop_rate > DROP_RATE_WARNING:
+            warnings.warn(
+                f"step {step}: {batch.drop_rate:.0%} of episodes were dropped after sampling failures "
+                f"({batch.errors[0]}); the episode metrics lean towards short games",
+                stacklevel=2,
+            )
+        end = time.time()
+        metrics.update({"time/sample": timeline["time/sample_end"] - timeline["time/sample_start"], "time/train": end - train_start, "time/step": end - start})
+        metrics.update({**timeline, "time/train_start": train_start - self._clock, "time/train_end": end - self._clock})
+        self.step_index = step + 1
+        self._log(metrics)
+        self._mid_update = False
+        if self.config.save_every > 0 and self.step_index % self.config.save_every == 0:
+            await self._save_checkpoint()
+        return metrics
+
+    # ----- end to end ---------------------------------------------------------------------
+    def run(self, max_steps: int | None = None) -> list[dict[str, float]]:
+        """Train until ``max_steps`` (default: the config's) or ``request_stop()``, then save a checkpoint."""
+        last = max_steps if max_steps is not None else self.config.max_steps
+        self._stop_requested = False
+        with tqdm(total=last, initial=min(self.step_index, last), desc="training", unit="step", disable=not self.progress) as bar:
+            while self.step_index < last and not self._stop_requested:
+                metrics = self.step()
+                bar.set_postfix(success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
+                bar.update(1)
+        self._loop.run(self.sampler.close())
+        self.save_checkpoint()
+        return self.history
+
+    def request_stop(self) -> None:
+        """Ask ``run()`` to stop after the step in flight (safe from another thread or a widget)."""
+        self._stop_requested = True
+
+    def save_checkpoint(self) -> str:
+        """Save LoRA weights and optimizer state at the current step (once per step); the run resumes from the latest."""
+        self._check_usable()
+        return self._loop.run(self._save_checkpoint())
+
+    async def asave_checkpoint(self) -> str:
+        """``save_checkpoint``, awaited from any event loop."""
+        self._check_usable()
+        return await self._loop.run_async(self._save_checkpoint())
+
+    def close(self) -> None:
+        """Stop the trainer's event loop (and wandb, if used) and unlock the run folder."""
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self.consistent:
+            self._loop.run(self.sampler.close())
+        self._loop.close()
+        self.folder.close()
+
+    # ----- internals ----------------------------------------------------------------------
+    def _default_service_client(self) -> Any:
+        """Tinker, or the local backend with its checkpoints inside the run folder."""
+        if resolve_backend(self.config.backend) == "local":
+            return get_service_client("local", root=self.folder.local_checkpoints)
+        return get_service_client(self.config.backend)
+
+    @property
+    def consistent(self) -> bool:
+        """Weights, optimizer, metrics and step counter agree (false after a failed or abandoned update)."""
+        return not (self._mid_update or self._loop.abandoned)
+
+    def _check_usable(self) -> None:
+        if not self.consistent:
+            raise RuntimeError(
+                "this Trainer stopped in the middle of an update, so its weights may not match its metrics; "
+                f"create a new Trainer for {self.run_dir} to resume from its last checkpoint"
+            )
+
+    async def _warmup(self) -> None:
+        losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=self.progress)
+        self.folder.log_warmup(losses)
+
+    async def _save_checkpoint(self) -> str:
+        if self.checkpoints and self.checkpoints[-1]["step"] == self.step_index:
+            return self.checkpoints[-1]["state_path"]  # already saved at this step
+        name = f"step{self.step_index:06d}"
+        saved = await (await self.training_client.save_state_async(name)).result_async()
+        self.folder.add_checkpoint(name, self.step_index, saved.path)
+        return saved.path
+
+    async def _load(self, path: str) -> None:
+        await (await self.training_client.load_state_with_optimizer_async(path)).result_async()
+
+    def _log(self, metrics: dict[str, float]) -> None:
+        self.history.append(metrics)
+        self.folder.log(metrics)
+        if self.config.wandb_project:
+            if self._wandb is None:
+                import wandb  # optional: only runs that log to wandb need it installed
+
+                self._wandb = wandb
+                wandb.init(project=self.config.wandb_project, name=self.config.resolved_run_name, config=chz.asdict(self.config))
+            self._wandb.log(metrics, step=int(metrics["step"]))
