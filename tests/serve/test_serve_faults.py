@@ -5,6 +5,9 @@ Loopback only; every loop is bounded."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import logging
 import socket
 import threading
@@ -207,3 +210,9 @@ def test_clients_that_leave_mid_upload_or_mid_sampling_leave_the_server_healthy(
             time.sleep(0.01)
         assert limits.in_flight == 0
         still_serves(server)
+
+
+def test_the_command_refuses_to_bind_beyond_loopback_without_a_key() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GEMLAB_SERVE_API_KEY"}
+    result = subprocess.run([sys.executable, "-m", "gemlab.serve", "--model", MODEL, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "--api-key" in result.stderr
