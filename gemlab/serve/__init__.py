@@ -10,8 +10,9 @@ with BackgroundServer(create_app(slot, model_name="gemlab/tiny", recorder=record
 """
 
 from gemlab.serve.app import create_app
-from gemlab.serve.server_thread import BackgroundServer
 from gemlab.serve.completions import Generation, SamplerSlot
+from gemlab.serve.guard import Limits
 from gemlab.serve.recorder import Recorder
+from gemlab.serve.server_thread import BackgroundServer
 
-__all__ = ["BackgroundServer", "Generation", "Recorder", "SamplerSlot", "create_app"]
+__all__ = ["BackgroundServer", "Generation", "Limits", "Recorder", "SamplerSlot", "create_app"]

@@ -5,6 +5,11 @@ The prompt is rendered with the model's own chat template (chat) or taken as tex
 the sampler produced, token ids and their logprobs (end-of-turn token included), because that is
 what a policy-gradient update needs; the text a client sees has special tokens and stop strings
 removed, as OpenAI's does.
+
+These functions block (templates, tokenizers): the app runs them on worker threads. Their cost
+is bounded before the tokenizer sees a prompt: no token covers more characters than the
+vocabulary's longest entry, so a prompt longer than ``context x longest`` characters cannot fit
+and is refused without being tokenized.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from tinker import types
 
 from gemlab.episodes import end_of_turn_ids
 from gemlab.serve.schemas import ChatCompletionRequest, CompletionRequest, OpenAIError
+from gemlab.serve.tools import parse_tool_calls, render_chat
 
 
 class SamplerSlot:
@@ -51,7 +57,10 @@ class Choice:
     token_ids: list[int]
     logprobs: list[float]
     text: str
-    finish_reason: str  # "stop" or "length", as OpenAI names them
+    finish_reason: str  # "stop", "length" or "tool_calls", as OpenAI names them
+    top_logprobs: list[list[tuple[int, float]]] | None = None  # per sampled token, when asked for
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI's shape, when tools were offered
+    content: str | None = None  # with tool calls: the text before the first call (the message's content)
 
 
 @dataclass
@@ -79,24 +88,51 @@ def context_length(client: Any, tokenizer: Any) -> int | None:
     return int(limit) if isinstance(limit, int) and 0 < limit < 10_000_000 else None
 
 
-def chat_prompt(request: ChatCompletionRequest, tokenizer: Any) -> tuple[list[int], str, list[dict[str, str]]]:
-    """Token ids of the conversation in the model's own chat template, ready for the reply."""
-    messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-    if not getattr(tokenizer, "chat_template", None):
-        raise OpenAIError(400, "this model has no chat template; use /v1/completions", param="messages")
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+_longest_token: dict[int, int] = {}
+
+
+def longest_token(tokenizer: Any) -> int:
+    """Characters in the vocabulary's longest entry: no token covers more of a prompt."""
+    key = id(tokenizer)
+    if key not in _longest_token:
+        _longest_token[key] = max(len(piece) for piece in tokenizer.get_vocab())
+    return _longest_token[key]
+
+
+def check_text_fits(text: str, limit: int | None, tokenizer: Any, param: str) -> None:
+    """400 ``context_length_exceeded`` for a prompt that is certainly too long, before tokenizing it."""
+    if limit is not None and len(text) > limit * longest_token(tokenizer):
+        raise OpenAIError(
+            400,
+            f"the prompt has {len(text)} characters; the context holds {limit} tokens of at most "
+            f"{longest_token(tokenizer)} characters each",
+            param=param,
+            code="context_length_exceeded",
+        )
+
+
+def chat_prompt(request: ChatCompletionRequest, tokenizer: Any, limit: int | None) -> tuple[list[int], str, list[dict[str, Any]]]:
+    """Token ids of the conversation (and its tools) in the model's own chat template, ready for
+    the reply; ``limit`` is the context length, checked before tokenizing."""
+    text, messages = render_chat(request, tokenizer)
+    check_text_fits(text, limit, tokenizer, "messages")
     return list(tokenizer.encode(text, add_special_tokens=False)), text, messages
 
 
-def completion_prompt(request: CompletionRequest, tokenizer: Any, vocab_size: int) -> tuple[list[int], str]:
-    """Token ids of a completion prompt given as text or as token ids."""
+def completion_prompt(request: CompletionRequest, tokenizer: Any, limit: int | None) -> tuple[list[int], str]:
+    """Token ids of a completion prompt given as text or as token ids; ``limit`` is the context
+    length, checked before tokenizing."""
     prompt = request.prompt
+    vocab_size = len(tokenizer)
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
+        check_text_fits(prompt, limit, tokenizer, "prompt")
         tokens = list(tokenizer.encode(prompt, add_special_tokens=False))
         text = prompt
     else:
+        if limit is not None and len(prompt) > limit:
+            raise OpenAIError(400, f"the prompt has {len(prompt)} tokens; the context holds {limit}", param="prompt", code="context_length_exceeded")
         bad = [t for t in prompt if not 0 <= t < vocab_size]
         if bad:
             raise OpenAIError(400, f"prompt token ids {bad[:5]} are outside the vocabulary (0..{vocab_size - 1})", param="prompt")
@@ -120,8 +156,11 @@ async def generate(
     *,
     tokenizer: Any,
     chat: bool,
+    parse_tools: bool = False,
 ) -> tuple[list[Choice], int]:
-    """Sample ``request.n`` choices of ``prompt_tokens`` from the slot's current client."""
+    """Sample ``request.n`` choices of ``prompt_tokens`` from the slot's current client, with
+    the top ``request.top_k`` alternatives of each sampled token when asked (Tinker's
+    ``topk_sample_logprobs``), and tool calls parsed from the text when ``parse_tools``."""
     client, version = slot.get()
     limit = context_length(client, tokenizer)
     max_tokens = request.token_limit
@@ -149,8 +188,13 @@ async def generate(
     params = types.SamplingParams(
         max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p, stop=stop, seed=request.seed
     )
+    top_k = request.top_k
+    prompt = types.ModelInput.from_ints(prompt_tokens)
     try:
-        future = client.sample(types.ModelInput.from_ints(prompt_tokens), request.n, params)
+        try:
+            future = client.sample(prompt, request.n, params, **({"topk_sample_logprobs": top_k} if top_k else {}))
+        except NotImplementedError:  # a sampler without top-k (the local backend): the sampled tokens' logprobs only
+            top_k, future = 0, client.sample(prompt, request.n, params)
         # shielded: a client that disconnects cancels its handler, never the batch it shares
         response = await asyncio.shield(future.result_async())
     except (ValueError, TypeError) as exc:
@@ -169,13 +213,22 @@ async def generate(
         if user_stops and sequence.stop_reason == "stop":
             cuts = [text.find(s) for s in user_stops if s in text]
             text = text[: min(cuts)] if cuts else text
+        finish = "stop" if sequence.stop_reason == "stop" else "length"
+        content, calls = None, []
+        if parse_tools:
+            content, calls = parse_tool_calls(tokenizer.decode(tokens, skip_special_tokens=False), tokenizer.all_special_tokens)
+            finish = "tool_calls" if calls else finish
+        top = getattr(sequence, "topk_logprobs", None) if top_k else None
         choices.append(
             Choice(
                 index=index,
                 token_ids=tokens,
                 logprobs=[float(x) for x in (sequence.logprobs or [])],
                 text=text,
-                finish_reason="stop" if sequence.stop_reason == "stop" else "length",
+                finish_reason=finish,
+                top_logprobs=[[(int(t), float(lp)) for t, lp in (row or [])] for row in top] if top is not None else None,
+                tool_calls=calls,
+                content=content,
             )
         )
     return choices, version

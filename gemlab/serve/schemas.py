@@ -1,16 +1,17 @@
 """The request bodies the endpoint accepts (OpenAI's fields that a Tinker sampler can honour), and
 OpenAI's error format.
 
-Fields OpenAI defines but a sampler cannot honour (tools, response formats, penalties, top
-logprobs) are refused with a 400 naming the field, rather than silently ignored; fields this
-module does not know are ignored, as OpenAI-compatible servers commonly do.
+Fields OpenAI defines but a sampler cannot honour (response formats, penalties, logit bias) are
+refused with a 400 naming the field, rather than silently ignored; fields this module does not
+know are ignored, as OpenAI-compatible servers commonly do. Every string in a body must be valid
+Unicode: a lone surrogate (JSON ``"\\ud800"``) is a 400, not a tokenizer crash.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class OpenAIError(Exception):
@@ -30,6 +31,22 @@ class OpenAIError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _check_unicode(value: Any, where: str = "") -> None:
+    """Raise ``ValueError`` naming the first string in ``value`` that is not valid Unicode."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"text must be valid Unicode; {where or 'a string'} holds {value[exc.start]!r} (a lone surrogate) at character {exc.start}") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_unicode(key, where)
+            _check_unicode(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_unicode(item, f"{where}.{index}")
 
 
 class StreamOptions(BaseModel):
@@ -55,6 +72,12 @@ class _Common(BaseModel):
     presence_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        _check_unicode(data)
+        return data
+
     @field_validator("stop")
     @classmethod
     def _stop_strings(cls, value: str | list[str] | None) -> list[str]:
@@ -71,11 +94,44 @@ class _Common(BaseModel):
             raise OpenAIError(400, "logit_bias is not supported", param="logit_bias")
 
 
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(BaseModel):
+    """One entry of ``tools``: a function the model may call."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(BaseModel):
+    """A call the assistant made earlier in the conversation."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
     content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
 
     def text(self) -> str:
         """The message's text; content parts must all be text."""
@@ -96,15 +152,19 @@ class ChatCompletionRequest(_Common):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    tools: list[Any] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
+
+    @property
+    def top_k(self) -> int:
+        """How many top alternatives to report per sampled token (0: none)."""
+        return (self.top_logprobs or 0) if self.logprobs else 0
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.top_logprobs:
-            raise OpenAIError(400, "top_logprobs is not supported: only the sampled token's logprob is returned", param="top_logprobs")
-        if self.tools:
-            raise OpenAIError(400, "tools are not supported", param="tools")
+        if self.top_logprobs and not self.logprobs:
+            raise OpenAIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
         if self.response_format and self.response_format.get("type") != "text":
             raise OpenAIError(400, "only response_format {'type': 'text'} is supported", param="response_format")
 
@@ -133,3 +193,7 @@ class CompletionRequest(_Common):
     @property
     def token_limit(self) -> int | None:
         return self.max_tokens
+
+    @property
+    def top_k(self) -> int:
+        return self.logprobs or 0

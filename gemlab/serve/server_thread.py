@@ -9,14 +9,20 @@ from typing import Any
 
 import uvicorn
 
+from gemlab.serve.guard import is_loopback
+
 
 class BackgroundServer:
     """``uvicorn`` serving ``app`` on a daemon thread; ``url`` is its ``/v1`` base URL.
 
-    ``port=0`` picks a free port. Use as a context manager, or call ``stop()``.
+    ``port=0`` picks a free port. Use as a context manager, or call ``stop()``. Beyond loopback
+    the app must have an API key (``create_app(..., limits=Limits(api_key=...))``).
     """
 
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
+        limits = getattr(getattr(app, "state", None), "limits", None)
+        if not is_loopback(host) and getattr(limits, "api_key", None) is None:
+            raise ValueError(f"host={host!r} reaches beyond this machine: give the app an API key (Limits(api_key=...))")
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gemlab-serve", daemon=True)

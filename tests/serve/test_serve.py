@@ -142,7 +142,8 @@ def test_user_stop_strings_end_the_text(client) -> None:
         ({"model": TINY, "messages": []}, 400, None, "messages"),
         ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "model_not_found", "model"),
         ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000}, 400, "context_length_exceeded", "max_tokens"),
-        ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3, "logprobs": True}, 400, None, "top_logprobs"),
+        ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}, 400, None, "top_logprobs"),
+        ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21, "logprobs": True}, 400, None, "top_logprobs"),
         ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "n": 0}, 400, None, "n"),
     ],
 )
