@@ -1,7 +1,9 @@
 """Every notebook, run top to bottom in JupyterLab in a real Chromium, in quick mode.
 
 Fails on what an attendee would see as broken: an error output, "Error displaying widget", a
-widget shown as plain text, a cell that never ran. Saves one full-page screenshot per notebook in
+widget shown as plain text, a cell that never ran, a cell stuck at [*], an output too long or a
+page too large, TeX or Markdown that did not render, an output wider than its area
+(``Notebook.problems``; ``tests/browser/test_jupyterlab.py`` shows each check failing). Saves one full-page screenshot per notebook in
 ``screenshot_dir``. Notebook 02's game widget is also played: type a guess, press Enter, and the
 page must change. Notebooks are discovered, so new ones are covered when they land.
 """
@@ -17,6 +19,16 @@ import pytest
 from tests.browser.jupyterlab import REPO, JupyterLab
 
 NOTEBOOKS = sorted(path.name for path in (REPO / "notebooks").glob("*.ipynb"))
+#: Defects the harness found when its checks landed (issue 21), left for the notebook round that
+#: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails the
+#: test too, so the entry goes when the fix lands.
+KNOWN_DEFECTS = {
+    "01_templates.ipynb": ["a raw backtick (a code span that did not render"],  # `<|im_start|>` splits the table row
+    "04_training_with_lora.ipynb": ["output wider than its area"],
+    "06_the_laptop_recipe.ipynb": ["MathJax error: \\textbackslash"],
+    "07_hyperparameter_lab.ipynb": ["output wider than its area"],
+    "08_reproducing_gem.ipynb": ["output wider than its area"],
+}
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -32,6 +44,10 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
     finally:  # a screenshot of what went wrong, too
         shot = notebook.screenshot(screenshot_dir / name.replace(".ipynb", ".png"))
         print(f"{name}: {time.monotonic() - start:.0f} s in the browser; screenshot {shot}")
+    known = KNOWN_DEFECTS.get(name, [])
+    fixed = [defect for defect in known if not any(defect in problem for problem in problems)]
+    assert fixed == [], f"{name}: fixed, remove from KNOWN_DEFECTS: {fixed}"
+    problems = [problem for problem in problems if not any(defect in problem for defect in known)]
     assert problems == [], f"{name} as seen in the browser:\n" + "\n".join(problems)
 
 
