@@ -22,8 +22,9 @@ LABELS = {
     "sampler/num_turns_per_won_episode": "turns per won episode",
     "sampler/action_num_tokens": "action tokens per episode",
     "sampler/token_entropy": "token entropy estimate (nats)",
-    "train/kl_sample_train_v1": "KL(sampler || learner) as mean(d), d = sampler - learner logprob (nats)",
-    "train/kl_sample_train_v2": "KL(sampler || learner) as mean(d^2)/2, d = sampler - learner logprob (nats)",
+    # d = sampler - learner logprob of a trained token (GEM's kl_sample_train_v1 and v2)
+    "train/kl_sample_train_v1": "sampler-vs-learner KL, mean(d) (nats)",
+    "train/kl_sample_train_v2": "sampler-vs-learner KL, mean(d²)/2 (nats)",
     "train/loss:sum": "importance-sampling loss (sum)",
     "time/step": "wall time per step (s)",
     "train/logprob_diff_abs": "mean |sampler - learner| logprob (nats)",
