@@ -23,27 +23,32 @@ from dataclasses import dataclass
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-#: One laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8) on the machine where the
-#: notebook costs below were measured: this project's 2-core machine, measured by this doctor.
+#: The unit of the table below: one laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8)
+#: of 1.0 s, about what this project's 2-core machine does when free (100 steps in 89-106 s,
+#: docs/benchmarks.md).
 REFERENCE_STEP_S = 1.0
 
-#: Each notebook's cost at full size (Run All, GEMLAB_QUICK unset) as (laptop steps, fixed seconds
-#: on the reference machine, where the figure comes from). Predicted time here:
-#: steps * step time here + fixed seconds * (step time here / REFERENCE_STEP_S).
-#: "steps" counts the laptop-sized RL steps the notebook trains; "fixed" is everything else
-#: (kernel start, imports, sampling, plots).
+#: Each notebook's cost at full size (Run All, GEMLAB_QUICK unset, nothing clicked) as (laptop RL
+#: steps it trains, fixed seconds at the reference step time, where the figures come from).
+#: Predicted time here: steps * step time here + fixed * (step time here / REFERENCE_STEP_S).
+#: "measured": `python benchmarks/calibrate_doctor.py NAME` on this project's shared 2-core machine
+#: (load average 5-9, laptop step 1.7-3.0 s, measured before and after the notebook by this doctor):
+#: `jupyter nbconvert --execute` wall time, minus steps * step time, divided by the step time.
+#: Kernel start and imports are part of "fixed"; the browser's rendering is not.
 NOTEBOOK_COSTS: dict[str, tuple[float, float, str]] = {
-    "00_backends": (0, 30, "estimated"),
-    "01_templates": (0, 30, "estimated"),
-    "02_episodes": (15, 30, "estimated"),
-    "03_returns_and_rebn": (0, 30, "estimated"),
-    "04_training_with_lora": (10, 40, "estimated"),
-    "05_plotting_results": (0, 30, "estimated"),
+    "00_backends": (0, 9, "measured"),
+    "01_templates": (0, 10, "measured"),
+    "02_episodes": (0, 18, "measured"),
+    "03_returns_and_rebn": (0, 9, "measured"),
+    "04_training_with_lora": (10, 19, "measured"),
+    "05_plotting_results": (0, 10, "measured"),
     "06_the_laptop_recipe": (100, 60, "estimated"),
-    "07_hyperparameter_lab": (100, 30, "estimated: one laptop run started from the lab"),
-    "08_reproducing_gem": (23, 40, "estimated"),
+    "07_hyperparameter_lab": (0, 10, "measured; each run started from the lab adds a laptop run"),
+    "08_reproducing_gem": (23, 20, "measured"),
     "09_decoupled_rl": (51, 60, "estimated"),
 }
+#: A laptop-preset run from the command line or the lab: 100 steps.
+LAPTOP_RUN_STEPS = 100
 MIN_FREE_DISK_GB = 2.0
 MIN_AVAILABLE_MEMORY_GB = 2.0
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
@@ -187,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             print("predicted time of each notebook here (Run All; reading time not included):")
             for name, seconds in predict(step_s).items():
                 print(f"  {name:<24} {minutes(seconds):>7}   ({NOTEBOOK_COSTS[name][2]})")
+            print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in 07's lab): "
+                  f"{minutes(LAPTOP_RUN_STEPS * step_s + loaded)}")  # fmt: skip
             if slower > 3:
                 report.problem(
                     f"laptop steps are {slower:.1f}x slower than on the reference machine: notebook 06's training takes "

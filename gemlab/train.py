@@ -104,7 +104,8 @@ def _contents(run_dir: Path) -> list[str]:
     for path in sorted(run_dir.iterdir(), key=lambda p: (p.suffix == ".png", p.name)):
         if path.name.startswith("."):
             continue
-        names.append(f"{path.name}/ ({sum(1 for _ in path.rglob('*') if _.is_file())} files)" if path.is_dir() else path.name)
+        files = sum(1 for inner in path.rglob("*") if inner.is_file()) if path.is_dir() else 0
+        names.append(f"{path.name}/ ({files} files)" if path.is_dir() else path.name)
     return names
 
 
