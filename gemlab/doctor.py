@@ -32,7 +32,7 @@ REFERENCE_STEP_S = 1.0
 #: steps it trains, fixed seconds at the reference step time, where the figures come from).
 #: Predicted time here: steps * step time here + fixed * (step time here / REFERENCE_STEP_S).
 #: "measured": `python benchmarks/calibrate_doctor.py NAME` on this project's shared 2-core machine
-#: (load average 5-9, laptop step 1.7-3.0 s, measured before and after the notebook by this doctor):
+#: (load average 4-9, laptop step 1.5-3.0 s, measured before and after the notebook by this doctor):
 #: `jupyter nbconvert --execute` wall time, minus steps * step time, divided by the step time.
 #: Kernel start and imports are part of "fixed"; the browser's rendering is not.
 NOTEBOOK_COSTS: dict[str, tuple[float, float, str]] = {
@@ -42,10 +42,10 @@ NOTEBOOK_COSTS: dict[str, tuple[float, float, str]] = {
     "03_returns_and_rebn": (0, 9, "measured"),
     "04_training_with_lora": (10, 19, "measured"),
     "05_plotting_results": (0, 10, "measured"),
-    "06_the_laptop_recipe": (100, 60, "estimated"),
+    "06_the_laptop_recipe": (100, 5, "measured"),
     "07_hyperparameter_lab": (0, 10, "measured; each run started from the lab adds a laptop run"),
     "08_reproducing_gem": (23, 20, "measured"),
-    "09_decoupled_rl": (51, 60, "estimated"),
+    "09_decoupled_rl": (51, 22, "measured"),
 }
 #: A laptop-preset run from the command line or the lab: 100 steps.
 LAPTOP_RUN_STEPS = 100
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"one laptop step: {step_s:.2f} s ({slower:.1f}x the reference machine); model loaded in {loaded:.1f} s")
             print("predicted time of each notebook here (Run All; reading time not included):")
             for name, seconds in predict(step_s).items():
-                print(f"  {name:<24} {minutes(seconds):>7}   ({NOTEBOOK_COSTS[name][2]})")
+                print(f"  {name:<24} {minutes(seconds):>7}   (cost {NOTEBOOK_COSTS[name][2]})")
             print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in 07's lab): "
                   f"{minutes(LAPTOP_RUN_STEPS * step_s + loaded)}")  # fmt: skip
             if slower > 3:
