@@ -97,6 +97,24 @@ MAX_HEAP_MB = 1024
 STUCK_AFTER_S = 15
 
 
+#: Defects the harness found when its checks landed (issue 21), left for the notebook round that
+#: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails
+#: test_notebooks_in_browser.py, so the entry goes when the fix lands.
+KNOWN_DEFECTS = {
+    "01_templates.ipynb": ["a raw backtick (a code span that did not render"],  # `<|im_start|>` splits the table row
+    "04_training_with_lora.ipynb": ["output wider than its area"],
+    "06_the_laptop_recipe.ipynb": ["MathJax error: \\textbackslash"],
+    "07_hyperparameter_lab.ipynb": ["output wider than its area"],
+    "08_reproducing_gem.ipynb": ["output wider than its area"],
+}
+
+
+def unexpected(notebook: str, problems: list[str]) -> list[str]:
+    """``problems`` of ``notebook`` (a file name) less its ``KNOWN_DEFECTS``."""
+    known = KNOWN_DEFECTS.get(notebook, [])
+    return [problem for problem in problems if not any(defect in problem for defect in known)]
+
+
 class StuckCell(AssertionError):
     """A cell shows ``[*]`` while the kernel has been idle for ``STUCK_AFTER_S`` seconds."""
 

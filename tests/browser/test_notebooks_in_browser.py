@@ -16,19 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.browser.jupyterlab import REPO, JupyterLab
+from tests.browser.jupyterlab import KNOWN_DEFECTS, REPO, JupyterLab, unexpected
 
 NOTEBOOKS = sorted(path.name for path in (REPO / "notebooks").glob("*.ipynb"))
-#: Defects the harness found when its checks landed (issue 21), left for the notebook round that
-#: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails the
-#: test too, so the entry goes when the fix lands.
-KNOWN_DEFECTS = {
-    "01_templates.ipynb": ["a raw backtick (a code span that did not render"],  # `<|im_start|>` splits the table row
-    "04_training_with_lora.ipynb": ["output wider than its area"],
-    "06_the_laptop_recipe.ipynb": ["MathJax error: \\textbackslash"],
-    "07_hyperparameter_lab.ipynb": ["output wider than its area"],
-    "08_reproducing_gem.ipynb": ["output wider than its area"],
-}
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
@@ -44,10 +34,9 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
     finally:  # a screenshot of what went wrong, too
         shot = notebook.screenshot(screenshot_dir / name.replace(".ipynb", ".png"))
         print(f"{name}: {time.monotonic() - start:.0f} s in the browser; screenshot {shot}")
-    known = KNOWN_DEFECTS.get(name, [])
-    fixed = [defect for defect in known if not any(defect in problem for problem in problems)]
-    assert fixed == [], f"{name}: fixed, remove from KNOWN_DEFECTS: {fixed}"
-    problems = [problem for problem in problems if not any(defect in problem for defect in known)]
+    fixed = [defect for defect in KNOWN_DEFECTS.get(name, []) if not any(defect in problem for problem in problems)]
+    assert fixed == [], f"{name}: fixed, remove from KNOWN_DEFECTS in tests/browser/jupyterlab.py: {fixed}"
+    problems = unexpected(name, problems)
     assert problems == [], f"{name} as seen in the browser:\n" + "\n".join(problems)
 
 
