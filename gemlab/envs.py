@@ -8,15 +8,23 @@ it once per step, which is what makes a resumed run replay the same games).
 from __future__ import annotations
 
 import difflib
+import logging
 import random
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import gem
-from gem.envs.registration import ENV_REGISTRY
+# gem's __init__ calls logging.basicConfig(level=INFO): a root handler that prints every library's
+# INFO records (openai/httpx log one line per HTTP request). gemlab is where gem gets imported, so the
+# root logger is put back as it was; whoever runs gemlab configures logging, not a library.
+_root_handlers, _root_level = list(logging.getLogger().handlers), logging.getLogger().level
+import gem  # noqa: E402
+from gem.envs.registration import ENV_REGISTRY  # noqa: E402
 
-from gemlab.studies.variants import register_variants
+from gemlab.studies.variants import register_variants  # noqa: E402
+
+logging.getLogger().handlers[:] = _root_handlers
+logging.getLogger().setLevel(_root_level)
 
 register_variants()
 

@@ -24,8 +24,9 @@ LABELS = {
     "sampler/num_turns_per_won_episode": "turns per won episode",
     "sampler/action_num_tokens": "action tokens per episode",
     "sampler/token_entropy": "token entropy estimate (nats)",
-    "train/kl_sample_train_v1": "KL(sampler || learner), v1 (nats)",
-    "train/kl_sample_train_v2": "KL(sampler || learner), v2 (nats)",
+    # d = sampler - learner logprob of a trained token (GEM's kl_sample_train_v1 and v2)
+    "train/kl_sample_train_v1": "sampler-vs-learner KL, mean(d) (nats)",
+    "train/kl_sample_train_v2": "sampler-vs-learner KL, mean(d²)/2 (nats)",
     "train/loss:sum": "importance-sampling loss (sum)",
     "time/step": "wall time per step (s)",
     "train/logprob_diff_abs": "mean |sampler - learner| logprob (nats)",
@@ -54,17 +55,20 @@ def plot_learning_curve(
     ax: plt.Axes | None = None,
     title: str | None = None,
 ) -> plt.Axes:
-    """One line per run (a mapping gives them legend labels); faint raw values under smoothed lines."""
+    """One line per run (a mapping gives them legend labels); faint raw values under smoothed lines,
+    with a legend that tells the two apart."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     named = runs if isinstance(runs, Mapping) else {None: runs}
-    for label, run in named.items():
+    for index, (label, run) in enumerate(named.items()):
         df = load_metrics(run)
-        line = ax.plot(df["step"], smooth(df[metric], smoothing), label=label, lw=2)[0]
+        smoothed = label if label is not None else (f"moving average over {smoothing} steps" if smoothing > 1 else None)
+        line = ax.plot(df["step"], smooth(df[metric], smoothing), label=smoothed, lw=2)[0]
         if smoothing > 1:
-            ax.plot(df["step"], df[metric], color=line.get_color(), alpha=0.25, lw=1)
+            raw = "each step (faint)" if index == 0 else None
+            ax.plot(df["step"], df[metric], color=line.get_color(), alpha=0.25, lw=1, label=raw)
     _label(ax, metric, title, smoothing)
-    if any(label is not None for label in named):
+    if smoothing > 1 or any(label is not None for label in named):
         ax.legend()
     return ax
 
@@ -94,15 +98,18 @@ def plot_seed_bands(
 
 
 def plot_diagnostics(run: Run, *, smoothing: int = 1, title: str | None = None) -> plt.Figure:
-    """Four panels: success rate, episode return, token entropy, and the two sample-vs-train KLs."""
+    """Four panels: success rate, episode return, token entropy, and two estimates of the
+    sampler-vs-learner KL on the trained tokens (GEM's ``kl_sample_train_v1``/``v2``: ``mean(d)`` and
+    ``mean(d**2)/2`` with ``d`` = sampler minus learner logprob; both 0 when on-policy)."""
     df = load_metrics(run)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     for ax, metric in zip(axes.flat[:3], ("sampler/success_rate", "sampler/episode_return", "sampler/token_entropy")):
         plot_learning_curve(df, metric, smoothing=smoothing, ax=ax)
     ax = axes.flat[3]
-    for metric in ("train/kl_sample_train_v1", "train/kl_sample_train_v2"):
-        ax.plot(df["step"], smooth(df[metric], smoothing), lw=2, label=metric.split("_")[-1])
-    _label(ax, "train/kl_sample_train_v1", "sample-vs-train KL (0 = on-policy)", smoothing)
+    estimates = {"train/kl_sample_train_v1": "mean(d), d = sampler - learner logprob", "train/kl_sample_train_v2": "mean(d²)/2"}
+    for metric, label in estimates.items():
+        ax.plot(df["step"], smooth(df[metric], smoothing), lw=2, label=label)
+    _label(ax, "train/kl_sample_train_v1", "Sampler-vs-learner KL", smoothing)
     ax.set_ylabel("KL estimate (nats)")
     floor_y_span(ax, KL_MIN_SPAN)
     ax.legend()

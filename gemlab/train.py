@@ -13,6 +13,7 @@ import shlex
 import signal
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -78,16 +79,34 @@ def _plots(trainer: Trainer) -> int:
     matplotlib.use("Agg")
     from gemlab import plots
 
-    config = trainer.config
-    curve = plots.save_figure(plots.plot_learning_curve(trainer.run_dir, smoothing=5), trainer.run_dir / "learning_curve.png")
-    diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"Training diagnostics ({config.loss_fn} loss)")
+    config, name = trainer.config, trainer.run_dir.name
+    curve = plots.plot_learning_curve(trainer.run_dir, smoothing=5, title=f"{name}: success rate")
+    plots.save_figure(curve, trainer.run_dir / "learning_curve.png")
+    diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)")
     plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
-    last = trainer.history[-1]
-    print(
-        f"done: {len(trainer.history)} steps with the {config.loss_fn} loss, last success rate {last['sampler/success_rate']:.2f}, "
-        f"last {config.loss_fn} loss (train/loss:sum) {last['train/loss:sum']:.3f}; learning curve: {curve}"
-    )
+    print(f"done: {summary(trainer.history)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
     return 0
+
+
+def summary(history: list[dict[str, float]], window: int = 10) -> str:
+    """First-vs-last success of a run: the means over its first and last ``window`` steps (fewer in a
+    short run), which one noisy step cannot swing."""
+    success = [row["sampler/success_rate"] for row in history]
+    n = max(1, min(window, len(success) // 2))
+    first, last = sum(success[:n]) / n, sum(success[-n:]) / n
+    steps = "step" if n == 1 else f"{n} steps"
+    return f"{len(success)} steps, success rate {first:.2f} over the first {steps} -> {last:.2f} over the last {steps}"
+
+
+def _contents(run_dir: Path) -> list[str]:
+    """What the run folder holds (folders with a slash and their file count), hidden files aside."""
+    names = []
+    for path in sorted(run_dir.iterdir(), key=lambda p: (p.suffix == ".png", p.name)):
+        if path.name.startswith("."):
+            continue
+        files = sum(1 for inner in path.rglob("*") if inner.is_file()) if path.is_dir() else 0
+        names.append(f"{path.name}/ ({files} files)" if path.is_dir() else path.name)
+    return names
 
 
 if __name__ == "__main__":

@@ -39,3 +39,17 @@ def test_live_metrics_kl_panel_is_floored_too():
     live.rows = [{"step": 0, "train/kl_sample_train_v2": 1e-7}, {"step": 1, "train/kl_sample_train_v2": 3e-7}]
     low, high = live.figure().axes[0].get_ylim()
     assert high - low >= plots.KL_MIN_SPAN
+
+
+def test_learning_curve_legend_tells_smoothed_from_raw(tmp_path):
+    ax = plots.plot_learning_curve(write_run(tmp_path, [0.0] * 6), smoothing=5, title="my-run: success rate")
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert labels == ["moving average over 5 steps", "each step (faint)"]
+    assert ax.get_title().startswith("my-run")
+
+
+def test_kl_panel_says_what_its_two_lines_are(tmp_path):
+    fig = plots.plot_diagnostics(write_run(tmp_path, [0.1, 0.2]))
+    labels = " ".join(text.get_text() for text in fig.axes[3].get_legend().get_texts())
+    assert "v1" not in labels and "v2" not in labels
+    assert "mean(d)" in labels and "sampler - learner logprob" in labels

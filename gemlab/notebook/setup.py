@@ -10,7 +10,6 @@ DATA = data_folder("runs")
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -29,9 +28,7 @@ class Setup(NamedTuple):
 
 
 def setup() -> Setup:
-    """Read quick mode and the backend, and quiet the HTTP client's per-request INFO logs (Tinker
-    and the OpenAI client log every request through ``httpx``)."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    """Read quick mode and the backend (library log noise is handled where gemlab imports gem)."""
     return Setup(quick=os.environ.get(QUICK_ENV) == "1", backend=resolve_backend("auto"))
 
 

@@ -29,6 +29,15 @@ What the pieces do:
   as broken), ``cell_output`` / ``wait_for_change`` to check that driving a widget changed the
   page, ``saved_outputs`` (the .ipynb as saved by the browser), and ``screenshot`` (full page).
 
+``problems`` covers errors and broken widgets, and also what made notebook 09 unusable at full
+size (issue 21): a cell printing more than ``MAX_OUTPUT_LINES`` lines, a cell's output taller
+than ``MAX_OUTPUT_HEIGHT_PX`` or heavier than ``MAX_OUTPUT_NODES`` DOM nodes, a page whose DOM or
+JavaScript heap grew past ``MAX_PAGE_NODES`` / ``MAX_HEAP_MB`` while it ran, a MathJax error or
+Markdown that did not render (raw ``$...$``, backticks, ``|`` table rows, ``**``), and an output
+wider than its area (a horizontal scrollbar hiding columns). ``wait_idle`` (so ``run_all``)
+raises :class:`StuckCell` when a cell still shows ``[*]`` ``STUCK_AFTER_S`` seconds after the
+kernel went idle.
+
 JupyterLab is configured to render every cell (``windowingMode: none``), so locators see the
 whole notebook, and not to ask about news or updates (no toast over the page).
 """
@@ -74,6 +83,84 @@ WIDGET_AS_TEXT = re.compile(
     r"FloatLogSlider|Dropdown|ToggleButtons|Checkbox|Label|HTML|HTMLMath|Image|Play|interactive|SelectionSlider|"
     r"RadioButtons|IntText|FloatText|BoundedIntText|BoundedFloatText|Select|SelectMultiple|ToggleButton)\(",
 )
+
+
+#: Limits of one cell's output and of the page (see ``Notebook.problems``). Notebook 09's log flood
+#: was 2,625 lines; ten 900-pixel screens of one cell's output is more than anyone reads.
+MAX_OUTPUT_LINES = 300
+MAX_OUTPUT_HEIGHT_PX = 9000
+MAX_OUTPUT_NODES = 5000
+MAX_PAGE_NODES = 100_000
+MAX_HEAP_MB = 1024
+#: A cell still showing ``[*]`` this long after the kernel went idle is stuck (between two cells of
+#: Run All the kernel is idle for milliseconds).
+STUCK_AFTER_S = 15
+
+
+#: Defects the harness found when its checks landed (issue 21), left for the notebook round that
+#: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails
+#: test_notebooks_in_browser.py, so the entry goes when the fix lands.
+KNOWN_DEFECTS = {
+    "01_templates.ipynb": ["a raw backtick (a code span that did not render"],  # `<|im_start|>` splits the table row
+    "04_training_with_lora.ipynb": ["output wider than its area"],
+    "06_the_laptop_recipe.ipynb": ["MathJax error: \\textbackslash"],
+    "07_hyperparameter_lab.ipynb": ["output wider than its area"],
+    "08_reproducing_gem.ipynb": ["output wider than its area"],
+}
+
+
+def unexpected(notebook: str, problems: list[str]) -> list[str]:
+    """``problems`` of ``notebook`` (a file name) less its ``KNOWN_DEFECTS``."""
+    known = KNOWN_DEFECTS.get(notebook, [])
+    return [problem for problem in problems if not any(defect in problem for defect in known)]
+
+
+class StuckCell(AssertionError):
+    """A cell shows ``[*]`` while the kernel has been idle for ``STUCK_AFTER_S`` seconds."""
+
+
+# What each code cell's output costs the page: lines of text, height, DOM nodes, and every element
+# inside an output that scrolls sideways (content wider than the output area).
+_OUTPUT_SIZES_JS = """panel => [...panel.querySelectorAll('.jp-CodeCell')].map(cell => {
+    const wrapper = cell.querySelector('.jp-Cell-outputWrapper');
+    const outputs = [...cell.querySelectorAll('.jp-OutputArea-output')]
+        .filter(o => !o.parentElement.closest('.jp-OutputArea-output'));  // not those inside an Output widget
+    const sideways = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX) && el.scrollWidth > el.clientWidth + 1;
+    return {
+        lines: outputs.reduce((n, o) => n + o.innerText.split('\\n').filter(line => line.trim()).length, 0),
+        height: wrapper ? Math.round(wrapper.getBoundingClientRect().height) : 0,
+        nodes: wrapper ? wrapper.getElementsByTagName('*').length : 0,
+        wide: outputs.flatMap(o => [o, ...o.querySelectorAll('*')]).filter(sideways)
+            .map(e => `${e.scrollWidth} px of content in ${e.clientWidth} px`),
+    };
+})"""
+
+# Every rendered Markdown (cells and outputs): MathJax's error messages, and its text outside code,
+# pre and typeset math (where raw Markdown or TeX would show that something did not render).
+_MARKDOWN_JS = """panel => [...panel.querySelectorAll('.jp-Cell')].map(cell => {
+    const errors = [...cell.querySelectorAll('mjx-merror')].map(e => e.getAttribute('data-mjx-error') || e.textContent);
+    const texts = [...cell.querySelectorAll('.jp-RenderedMarkdown')].map(md => {
+        const walker = document.createTreeWalker(md, NodeFilter.SHOW_TEXT);
+        let text = '';
+        while (walker.nextNode()) {
+            const node = walker.currentNode;
+            if (!node.parentElement.closest('code, pre, mjx-container, script, style')) text += node.textContent;
+            else text += ' ';
+        }
+        return text;
+    });
+    return {kind: cell.classList.contains('jp-MarkdownCell') ? 'markdown' : 'code', errors, text: texts.join('\\n')};
+})"""
+#: Raw Markdown or TeX left in rendered text: (pattern, what it means).
+UNRENDERED = [
+    (re.compile(r"\$[^$\n]*[\\^_{}][^$\n]*\$"), "TeX that was not typeset"),
+    (re.compile(r"`"), "a raw backtick (a code span that did not render, e.g. a | inside a table cell)"),
+    (re.compile(r"^\s*\|.*\|\s*$|\|\s*:?-{3,}", re.M), "a Markdown table that did not render"),
+    (re.compile(r"\*\*\S"), "raw ** (bold that did not render)"),
+]
+#: The page's size: DOM nodes and JavaScript heap (Chromium's ``performance.memory``; bucketed).
+_PAGE_SIZE_JS = """() => ({nodes: document.getElementsByTagName('*').length,
+    heap: performance.memory ? performance.memory.usedJSHeapSize : 0})"""
 
 
 # Every code cell's prompt and rendered outputs, read in one call (instead of one per element).
@@ -223,6 +310,9 @@ class Notebook:
     lab: JupyterLab
     path: str
     panel: Any
+    #: The largest page seen while waiting for the kernel: DOM nodes and JavaScript heap in bytes.
+    peak_nodes: int = 0
+    peak_heap: int = 0
 
     # ----- running ----------------------------------------------------------------------------
     def kernel_status(self) -> str:
@@ -233,12 +323,23 @@ class Notebook:
         return match.group(1).strip().lower() if match else "unknown"
 
     def wait_idle(self, timeout_s: float = 120) -> None:
-        """Wait until the kernel is idle and no cell is running or queued."""
+        """Wait until the kernel is idle and no cell is running or queued; meanwhile record the
+        page's peak size. Raises ``StuckCell`` when a cell keeps showing ``[*]`` for
+        ``STUCK_AFTER_S`` seconds while the kernel is idle."""
         deadline = time.monotonic() + timeout_s
-        quiet_since = None
+        quiet_since = idle_but_running_since = None
         while time.monotonic() < deadline:
-            busy = self.kernel_status() != "idle" or self._running_cells() > 0
-            if busy:
+            self._record_page_size()
+            idle, running = self.kernel_status() == "idle", self._running_cells()
+            if idle and running:
+                idle_but_running_since = idle_but_running_since or time.monotonic()
+                if time.monotonic() - idle_but_running_since > STUCK_AFTER_S:
+                    raise StuckCell(
+                        f"{self.path}: code cell {running[0]} still shows [*] {STUCK_AFTER_S} s after the kernel went idle"
+                    )
+            else:
+                idle_but_running_since = None
+            if not idle or running:
                 quiet_since = None
             elif quiet_since is None:
                 quiet_since = time.monotonic()
@@ -247,9 +348,14 @@ class Notebook:
             self.page.wait_for_timeout(250)
         raise TimeoutError(f"{self.path}: kernel still busy after {timeout_s:.0f} s (status {self.kernel_status()!r})")
 
-    def _running_cells(self) -> int:
+    def _running_cells(self) -> list[int]:
+        """The indices of the code cells whose prompt shows ``[*]`` (running or queued)."""
         prompts = self.panel.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
-        return sum("*" in text for text in prompts)
+        return [index for index, text in enumerate(prompts) if "*" in text]
+
+    def _record_page_size(self) -> None:
+        size = self.page.evaluate(_PAGE_SIZE_JS)
+        self.peak_nodes, self.peak_heap = max(self.peak_nodes, size["nodes"]), max(self.peak_heap, size["heap"])
 
     def run_all(self, timeout_s: float = 600) -> float:
         """Run > Run All Cells, then wait until every cell has run (or the run stopped at an
@@ -287,6 +393,45 @@ class Notebook:
             for output in cell:
                 if output.get("output_type") == "error":
                     found.append(f"cell {index}: {output.get('ename')}: {str(output.get('evalue'))[:300]}")
+        return found + self.size_problems() + self.render_problems()
+
+    def size_problems(self) -> list[str]:
+        """Outputs a person cannot take in, and a page that grew too large for the browser: more
+        than ``MAX_OUTPUT_LINES`` lines, ``MAX_OUTPUT_HEIGHT_PX`` pixels or ``MAX_OUTPUT_NODES``
+        DOM nodes in one cell; a page past ``MAX_PAGE_NODES`` nodes or ``MAX_HEAP_MB`` of heap."""
+        self._record_page_size()
+        found = []
+        for index, cell in enumerate(self.panel.evaluate(_OUTPUT_SIZES_JS)):
+            if cell["lines"] > MAX_OUTPUT_LINES:
+                found.append(f"cell {index}: {cell['lines']} lines of output (at most {MAX_OUTPUT_LINES})")
+            if cell["height"] > MAX_OUTPUT_HEIGHT_PX:
+                found.append(f"cell {index}: output {cell['height']} px tall (at most {MAX_OUTPUT_HEIGHT_PX})")
+            if cell["nodes"] > MAX_OUTPUT_NODES:
+                found.append(f"cell {index}: output of {cell['nodes']} DOM nodes (at most {MAX_OUTPUT_NODES})")
+        if self.peak_nodes > MAX_PAGE_NODES:
+            found.append(f"the page grew to {self.peak_nodes} DOM nodes (at most {MAX_PAGE_NODES})")
+        if self.peak_heap > MAX_HEAP_MB * 2**20:
+            found.append(f"the page's JavaScript heap grew to {self.peak_heap / 2**20:.0f} MB (at most {MAX_HEAP_MB})")
+        return found
+
+    def render_problems(self) -> list[str]:
+        """What did not render: MathJax errors, raw Markdown or TeX left in rendered text, and
+        outputs wider than their area (a horizontal scrollbar hides what is on the right)."""
+        found = []
+        for index, cell in enumerate(self.panel.evaluate(_OUTPUT_SIZES_JS)):
+            for wide in cell["wide"][:1]:
+                found.append(f"cell {index}: output wider than its area, behind a horizontal scrollbar ({wide})")
+        counts = {"markdown": 0, "code": 0}
+        for cell in self.panel.evaluate(_MARKDOWN_JS):
+            where = f"{cell['kind']} cell {counts[cell['kind']]}"
+            counts[cell["kind"]] += 1
+            for error in dict.fromkeys(cell["errors"]):
+                found.append(f"{where}: MathJax error: {error[:160]}")
+            for pattern, meaning in UNRENDERED:
+                match = pattern.search(cell["text"])
+                if match:
+                    context = cell["text"][max(0, match.start() - 40) : match.end() + 40].replace("\n", " ")
+                    found.append(f"{where}: {meaning}: ...{context.strip()}...")
         return found
 
     def save(self) -> None:

@@ -1,0 +1,209 @@
+"""Pre-flight check for a workshop machine: ``python -m gemlab.doctor [--steps N]``.
+
+Checks the install (Python, every package gemlab requires at the versions it requires, a Jupyter
+kernel, Chromium for the browser tests), memory and disk, trains a few laptop-preset steps in a
+temporary folder to measure this machine's step time under its current load, and predicts how long
+each notebook takes here. Prints one line per problem found; exit status 0 when there is none, 1
+otherwise. Uses only gemlab's public API, so it checks what a notebook would use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as metadata
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+
+#: The unit of the table below: one laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8)
+#: of 1.0 s, about what this project's 2-core machine does when free (100 steps in 89-106 s,
+#: docs/benchmarks.md).
+REFERENCE_STEP_S = 1.0
+
+#: Each notebook's cost at full size (Run All, GEMLAB_QUICK unset, nothing clicked) as (laptop RL
+#: steps it trains, fixed seconds at the reference step time, where the figures come from).
+#: Predicted time here: steps * step time here + fixed * (step time here / REFERENCE_STEP_S).
+#: "measured": `python benchmarks/calibrate_doctor.py NAME` on this project's shared 2-core machine
+#: (load average 4-9, laptop step 1.5-3.0 s, measured before and after the notebook by this doctor):
+#: `jupyter nbconvert --execute` wall time, minus steps * step time, divided by the step time.
+#: Kernel start and imports are part of "fixed"; the browser's rendering is not.
+NOTEBOOK_COSTS: dict[str, tuple[float, float, str]] = {
+    "00_backends": (0, 9, "measured"),
+    "01_templates": (0, 10, "measured"),
+    "02_episodes": (0, 18, "measured"),
+    "03_returns_and_rebn": (0, 9, "measured"),
+    "04_training_with_lora": (10, 19, "measured"),
+    "05_plotting_results": (0, 10, "measured"),
+    "06_the_laptop_recipe": (100, 5, "measured"),
+    "07_hyperparameter_lab": (0, 10, "measured; each run started from the lab adds a laptop run"),
+    "08_reproducing_gem": (23, 20, "measured"),
+    "09_decoupled_rl": (51, 22, "measured"),
+}
+#: A laptop-preset run from the command line or the lab: 100 steps.
+LAPTOP_RUN_STEPS = 100
+MIN_FREE_DISK_GB = 2.0
+MIN_AVAILABLE_MEMORY_GB = 2.0
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+
+
+@dataclass
+class Report:
+    """What the doctor found: lines to show, and problems (one line each)."""
+
+    lines: list[str]
+    problems: list[str]
+
+    def ok(self, line: str) -> None:
+        self.lines.append(line)
+
+    def problem(self, line: str) -> None:
+        self.problems.append(line)
+
+
+def check_install(report: Report) -> bool:
+    """Python and every requirement of gemlab (from its own package metadata) at a version it
+    accepts; returns whether all are there."""
+    before = len(report.problems)
+    try:
+        requires_python = metadata.metadata("gemlab")["Requires-Python"] or ""
+        requirements = [Requirement(text) for text in metadata.requires("gemlab") or []]
+    except metadata.PackageNotFoundError:
+        report.problem('gemlab is not installed: run python -m pip install "torch==2.13.0" -e . in the repository')
+        return False
+    python = platform.python_version()
+    if python not in SpecifierSet(requires_python):
+        report.problem(f"Python {python} is not supported: gemlab needs Python {requires_python}")
+    else:
+        report.ok(f"python {python}")
+    found = []
+    for requirement in requirements:
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue  # an optional extra (test, wandb, ...)
+        try:
+            version = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            report.problem(f"{requirement.name} is missing: python -m pip install -e . installs it")
+            continue
+        if requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
+            report.problem(f"{requirement.name} {version} is installed, gemlab needs {requirement.name}{requirement.specifier}")
+        else:
+            found.append(f"{requirement.name} {version}")
+    report.ok("packages: " + ", ".join(found))
+    return len(report.problems) == before
+
+
+def check_jupyter(report: Report) -> None:
+    """A Python kernel for JupyterLab, and (optional, only the browser tests use it) Chromium."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        kernels = KernelSpecManager().find_kernel_specs()
+    except Exception as error:  # jupyter_client missing or its folders unreadable
+        report.problem(f"Jupyter's kernels cannot be listed ({type(error).__name__}: {error})")
+        return
+    if "python3" not in kernels:
+        report.problem("JupyterLab has no Python kernel: run python -m ipykernel install --user")
+    else:
+        report.ok("jupyter kernel: python3")
+    chromium = next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
+    report.ok(f"chromium: {chromium}" if chromium else "chromium: not found (optional: only tests/browser needs it)")
+
+
+def check_resources(report: Report, folder: str = ".") -> tuple[int, float]:
+    """Free disk where runs are written, available memory, cores and load; returns (cores, load)."""
+    free_gb = shutil.disk_usage(folder).free / 1e9
+    if free_gb < MIN_FREE_DISK_GB:
+        report.problem(f"only {free_gb:.1f} GB free on disk here; runs and checkpoints need about {MIN_FREE_DISK_GB:.0f} GB")
+    try:
+        import psutil
+
+        available_gb = psutil.virtual_memory().available / 1e9
+        if available_gb < MIN_AVAILABLE_MEMORY_GB:
+            report.problem(f"only {available_gb:.1f} GB of memory available; close other programs (gemlab needs about 2 GB)")
+        memory = f", {available_gb:.1f} GB memory available"
+    except ImportError:
+        memory = ""
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    report.ok(f"machine: {cores} cores, load average {load:.1f} (1 min){memory}, {free_gb:.0f} GB free on disk")
+    if load > cores:
+        report.problem(f"this machine is busy (load {load:.1f} on {cores} cores): timings and predictions here are for this load")
+    return cores, load
+
+
+def measure_step_time(steps: int) -> tuple[float, float]:
+    """Train ``steps`` laptop-preset steps in a temporary folder; returns (seconds to load the
+    model, seconds per step: the median of the steps after the first, or the first if only one)."""
+    from gemlab import Trainer, make_config
+
+    with tempfile.TemporaryDirectory(prefix="gemlab-doctor-") as folder:
+        start = time.perf_counter()
+        trainer = Trainer(make_config("laptop", max_steps=steps, log_dir=folder, save_every=0), progress=False)
+        loaded = time.perf_counter() - start
+        durations = []
+        try:
+            for _ in range(steps):
+                start = time.perf_counter()
+                trainer.step()
+                durations.append(time.perf_counter() - start)
+        finally:
+            trainer.close()
+    return loaded, statistics.median(durations[1:] or durations)
+
+
+def predict(step_s: float) -> dict[str, float]:
+    """Each notebook's predicted seconds on a machine whose laptop step takes ``step_s``."""
+    return {name: steps * step_s + fixed * step_s / REFERENCE_STEP_S for name, (steps, fixed, _) in NOTEBOOK_COSTS.items()}
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gemlab.doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=4, help="laptop steps to time (default 4; at least 1)")
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    report = Report([], [])
+    installed = check_install(report)
+    check_jupyter(report)
+    check_resources(report)
+    for line in report.lines:
+        print(line)
+    if installed:
+        print(f"timing {args.steps} laptop steps (gemlab/tiny, 128 transitions each) ...", flush=True)
+        try:
+            loaded, step_s = measure_step_time(args.steps)
+        except Exception as error:  # anything that stops training here stops the workshop: say what
+            report.problem(f"training a laptop step failed: {type(error).__name__}: {error}")
+        else:
+            slower = step_s / REFERENCE_STEP_S
+            print(f"one laptop step: {step_s:.2f} s ({slower:.1f}x the reference machine); model loaded in {loaded:.1f} s")
+            print("predicted time of each notebook here (Run All; reading time not included):")
+            for name, seconds in predict(step_s).items():
+                print(f"  {name:<24} {minutes(seconds):>7}   (cost {NOTEBOOK_COSTS[name][2]})")
+            print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in 07's lab): "
+                  f"{minutes(LAPTOP_RUN_STEPS * step_s + loaded)}")  # fmt: skip
+            if slower > 3:
+                report.problem(
+                    f"laptop steps are {slower:.1f}x slower than on the reference machine: notebook 06's training takes "
+                    f"{minutes(predict(step_s)['06_the_laptop_recipe'])} here; run it before the session or train fewer steps"
+                )
+    for problem in report.problems:
+        print(f"problem: {problem}")
+    print("no problems found" if not report.problems else f"{len(report.problems)} problem(s) found")
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
