@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gemlab.local.models import load_tokenizer, resolve_model_name
+from gemlab.local.models import build_model, load_tokenizer, resolve_model_name
 
 REVISION = "gemlab-local"
 
@@ -27,12 +27,14 @@ def install_tokenizer(name: str, cache: Path | None = None) -> Path:
     """Save the tokenizer that model ``name`` is served with as hub model ``name``; its snapshot folder."""
     if name.count("/") != 1:
         raise ValueError(f"{name!r} is not a hub model name: expected 'org/model'")
-    tokenizer = load_tokenizer(resolve_model_name(name))
+    local = resolve_model_name(name)
+    tokenizer = load_tokenizer(local)
     repo = (cache or hub_cache()) / f"models--{name.replace('/', '--')}"
     commit = hashlib.sha1(f"{REVISION}:{name}".encode()).hexdigest()
     snapshot = repo / "snapshots" / commit
     snapshot.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(snapshot)
+    build_model(local).config.save_pretrained(snapshot)  # AutoTokenizer reads the model type from it
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(commit)
     return snapshot
