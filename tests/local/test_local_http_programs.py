@@ -110,10 +110,26 @@ def test_gemlab_train_with_the_tinker_backend_over_http(hf_home: Path, server: S
     assert steps[-1] == 1
 
 
-def test_notebook_04_with_the_tinker_backend_over_http(hf_home: Path, server: ServerProcess, tmp_path: Path):
-    done = subprocess.run(
+def test_notebook_04_with_the_tinker_backend_over_http(tmp_path: Path):
+    """With the Tinker backend the notebook uses GEM's preset (max_tokens=2048), which needs a served
+    model with a longer context than gemlab/tiny-chat's 2048: SmolLM2 (8192)."""
+    smollm2 = {"GEMLAB_LOCAL_MODEL": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+    hf_home = tmp_path / "hf"
+    subprocess.run(
+        [sys.executable, "-m", "gemlab.local.http", "tokenizer", MODEL],
+        check=True, capture_output=True, env={**_env(), **smollm2, "HF_HOME": str(hf_home)}, timeout=300,
+    )
+    server = ServerProcess(tmp_path / "data", **smollm2)
+    try:
+        done = _run_notebook(server, hf_home, tmp_path)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout[-4000:]
+
+
+def _run_notebook(server: ServerProcess, hf_home: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "--nbmake", "-q", "-p", "no:cacheprovider", str(ROOT / "notebooks" / "04_training_with_lora.ipynb")],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
         env=server.env(HF_HOME=str(hf_home), GEMLAB_QUICK="1"),
     )
-    assert done.returncode == 0, done.stdout[-4000:]

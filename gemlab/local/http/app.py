@@ -62,6 +62,7 @@ def make_app(data_dir: Path, keys: list[str], limits: Limits | None = None, comp
     """The ASGI app: FastAPI routes behind the key and body-size guard."""
     limits = limits or Limits()
     registry = Registry(data_dir, limits.max_pending, limits.max_pending_per_session, device)
+    gate = SampleGate()
     app = FastAPI(title="gemlab local Tinker server", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.registry = registry
     install(app)
@@ -269,8 +270,8 @@ def make_app(data_dir: Path, keys: list[str], limits: Limits | None = None, comp
 
         async def sample() -> types.SampleResponse:
             client: LocalSamplingClient = await sampler.client
-            return await wrapped(
-                client.sample(
+            return await gate.run(
+                lambda: client.sample(
                     body.prompt,
                     body.num_samples,
                     params,
@@ -361,6 +362,33 @@ def make_app(data_dir: Path, keys: list[str], limits: Limits | None = None, comp
         app.state.sweeper = asyncio.create_task(sweeper())
 
     return Guard(app, KeyRing(keys), limits.max_body)
+
+
+class SampleGate:
+    """Holds sampling calls for ``window_s`` after the first, then starts them all in one event-loop
+    turn, so that requests arriving over HTTP a few milliseconds apart (one client's gather, or
+    several clients on one base model) fall into one batch of the local backend's sampler."""
+
+    def __init__(self, window_s: float = 0.01):
+        self.window_s = window_s
+        self._waiting: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+
+    async def run(self, call: Callable[[], Any]) -> Any:
+        """``call()`` (which returns a local backend future) started with its batch; its result."""
+        loop = asyncio.get_running_loop()
+        if not self._waiting:
+            loop.call_later(self.window_s, self._release)
+        started: asyncio.Future[Any] = loop.create_future()
+        self._waiting.append((call, started))
+        return await asyncio.wrap_future((await started)._future)
+
+    def _release(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for call, started in waiting:
+            try:
+                started.set_result(call())
+            except Exception as exc:  # a bad request fails alone
+                started.set_exception(exc)
 
 
 async def _after(work: Any, then: Callable[[Any], Any]) -> Any:
