@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, *args: str, timeout: float = 120.0, **server_env: str):
+    def __init__(self, data_dir: Path, *args: str, timeout: float = 120.0):
         self.data_dir = data_dir
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **server_env}
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.setdefault("GEMLAB_THREADS", "1")
         self.log = data_dir.parent / f"{data_dir.name}-server.log"
         self._out = self.log.open("w")

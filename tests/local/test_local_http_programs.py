@@ -1,6 +1,6 @@
 """Whole Tinker programs, unmodified, over HTTP against ``python -m gemlab.local.http`` in its own
 process: GEM's Tinker loop, tinker-cookbook 0.6.1's ``math_rl`` (default loss, then resumed) and
-``sl_basic``, ``python -m gemlab.train backend=tinker``, and notebook 04 with the Tinker backend.
+``sl_basic``, and ``python -m gemlab.train backend=tinker``.
 Their tokenizers come from the hub cache that ``python -m gemlab.local.http tokenizer`` fills."""
 
 from __future__ import annotations
@@ -108,28 +108,3 @@ def test_gemlab_train_with_the_tinker_backend_over_http(hf_home: Path, server: S
     (log,) = (tmp_path / "runs").glob("*/metrics.jsonl")
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
     assert steps[-1] == 1
-
-
-def test_notebook_04_with_the_tinker_backend_over_http(tmp_path: Path):
-    """With the Tinker backend the notebook uses GEM's preset (max_tokens=2048), which needs a served
-    model with a longer context than gemlab/tiny-chat's 2048: SmolLM2 (8192)."""
-    smollm2 = {"GEMLAB_LOCAL_MODEL": "HuggingFaceTB/SmolLM2-135M-Instruct"}
-    hf_home = tmp_path / "hf"
-    subprocess.run(
-        [sys.executable, "-m", "gemlab.local.http", "tokenizer", MODEL],
-        check=True, capture_output=True, env={**_env(), **smollm2, "HF_HOME": str(hf_home)}, timeout=300,
-    )
-    server = ServerProcess(tmp_path / "data", **smollm2)
-    try:
-        done = _run_notebook(server, hf_home, tmp_path)
-    finally:
-        server.stop()
-    assert done.returncode == 0, done.stdout[-4000:]
-
-
-def _run_notebook(server: ServerProcess, hf_home: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbmake", "-q", "-p", "no:cacheprovider", str(ROOT / "notebooks" / "04_training_with_lora.ipynb")],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-        env=server.env(HF_HOME=str(hf_home), GEMLAB_QUICK="1"),
-    )
