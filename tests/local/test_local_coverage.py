@@ -90,3 +90,11 @@ def test_every_member_listed_as_raising_raises_the_clear_error(instances, client
         with pytest.raises(LocalBackendError, match="not available on the local backend"):
             _call(instances[client], name)
     assert issubclass(LocalBackendError, tinker.TinkerError)
+
+
+def test_every_http_note_names_a_member_of_the_installed_sdk():
+    from gemlab.local.http import coverage as http
+
+    for key in [*http.GAPS, *http.DIFFERENCES, *http.CLIENT_SIDE]:
+        client, name = key.split(".")
+        assert name in coverage.public_members(client), key

@@ -1,0 +1,154 @@
+"""Tinker's HTTP API served by ``python -m gemlab.local.http``: what it costs and how it holds up.
+
+1. The laptop preset's seconds per step over HTTP (the unpatched SDK against a server process) vs
+   in-process (the local backend in this process), steps interleaved in one run; the ratio's target is
+   at most 1.15.
+2. A simulated workshop: ``--clients`` processes, each running ``--steps`` steps of a small RL loop
+   (sample 8 completions, importance-sampling forward_backward, AdamW step) against one server: how
+   many finish without an error, each one's seconds per step, the server's memory at start and end.
+
+    PYTHONPATH=$PWD python benchmarks/bench_http.py [--steps 6] [--clients 30] [--client-steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.local.http_server import ServerProcess  # noqa: E402
+
+CLIENT = textwrap.dedent(
+    '''
+    import json, sys, time
+    import tinker
+    from tinker import types
+    steps = int(sys.argv[1])
+    service = tinker.ServiceClient()
+    training = service.create_lora_training_client(base_model="gemlab/tiny", rank=4).result()
+    prompt = [1, 5, 9, 13, 17, 21, 25, 29]
+    times, errors = [], 0
+    for step in range(steps):
+        start = time.perf_counter()
+        sampler = training.save_weights_and_get_sampling_client()
+        result = sampler.sample(types.ModelInput.from_ints(prompt), 8, types.SamplingParams(max_tokens=8)).result()
+        datums = []
+        for i, seq in enumerate(result.sequences):
+            tokens, n = prompt + list(seq.tokens), len(prompt) - 1
+            datums.append(types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [0.0] * n + list(seq.logprobs),
+                                "advantages": [0.0] * n + [1.0 if i % 2 else -1.0] * len(seq.tokens)}))
+        training.forward_backward(datums, "importance_sampling").result()
+        training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+        times.append(time.perf_counter() - start)
+    print(json.dumps({"times": times}))
+    '''
+)
+
+
+def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
+    """Laptop preset steps, alternating in-process and over HTTP (skipping each one's first step)."""
+    import tinker
+
+    from gemlab import Trainer, make_config
+
+    local = Trainer(make_config("laptop", log_dir=str(workdir / "local"), max_steps=steps + 1), progress=False)
+    remote_service = tinker.ServiceClient(base_url=server.url, api_key=server.keys[0])
+    remote = Trainer(
+        make_config("laptop", backend="tinker", log_dir=str(workdir / "http"), max_steps=steps + 1),
+        service_client=remote_service,
+        progress=False,
+    )
+    times: dict[str, list[float]] = {"in-process": [], "over HTTP": []}
+    for step in range(steps + 1):
+        for name, trainer in (("in-process", local), ("over HTTP", remote)):
+            start = time.perf_counter()
+            trainer.step()
+            if step:
+                times[name].append(time.perf_counter() - start)
+    local.close()
+    remote.close()
+    for name, values in times.items():
+        print(f"  {name:11s} median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f}, n={len(values)})")
+    ratio = statistics.median(times["over HTTP"]) / statistics.median(times["in-process"])
+    print(f"  ratio over HTTP / in-process: {ratio:.3f} (target <= 1.15)")
+
+
+def workshop(server: ServerProcess, clients: int, steps: int, timeout: float, workdir: Path) -> None:
+    """``clients`` processes of ``steps`` RL steps each against ``server``, all at once."""
+    script = workdir / "client.py"
+    script.write_text(CLIENT)
+    rss = psutil.Process(server.process.pid)
+    start_rss = rss.memory_info().rss
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(steps)], env=server.env(), cwd=workdir,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(clients)
+    ]
+    peak = start_rss
+    while any(p.poll() is None for p in procs) and time.perf_counter() - started < timeout:
+        peak = max(peak, rss.memory_info().rss)
+        time.sleep(1)
+    results, failures = [], []
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        out, err = p.communicate()
+        if p.returncode == 0:
+            results.append(json.loads(out.strip().splitlines()[-1])["times"])
+        else:
+            failures.append((p.returncode, err.strip().splitlines()[-1:] if err else []))
+    wall = time.perf_counter() - started
+    per_client = [statistics.median(t) for t in results]
+    print(f"  {len(results)}/{clients} clients finished {steps} steps in {wall:.0f} s; failures: {failures or 'none'}")
+    if per_client:
+        print(f"  seconds per step per client: median {statistics.median(per_client):.2f}, "
+              f"min {min(per_client):.2f}, max {max(per_client):.2f}")
+        print(f"  server throughput: {len(results) * steps / wall:.2f} client-steps/s")
+    print(f"  server RSS: start {start_rss / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB, end {rss.memory_info().rss / 2**20:.0f} MiB")
+    print(f"  server alive at the end: {server.alive()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6, help="laptop-preset steps measured per side")
+    parser.add_argument("--clients", type=int, default=30, help="workshop client processes")
+    parser.add_argument("--client-steps", type=int, default=10, help="RL steps per workshop client")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds the workshop may take")
+    parser.add_argument("--skip-laptop", action="store_true")
+    args = parser.parse_args()
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        hf_home = workdir / "hf"
+        subprocess.run([sys.executable, "-m", "gemlab.local.http", "tokenizer", "gemlab/tiny"], check=True,
+                       capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})
+        os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
+        server = ServerProcess(workdir / "data")
+        try:
+            if not args.skip_laptop:
+                print(f"laptop preset, {args.steps} interleaved steps each (after one warm-up step):")
+                laptop_ratio(server, args.steps, workdir)
+            print(f"workshop: {args.clients} clients x {args.client_steps} steps:")
+            workshop(server, args.clients, args.client_steps, args.timeout, workdir)
+        finally:
+            server.stop()
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+if __name__ == "__main__":
+    main()

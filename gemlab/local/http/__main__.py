@@ -1,0 +1,94 @@
+"""``python -m gemlab.local.http``: serve Tinker's HTTP API on this machine.
+
+    python -m gemlab.local.http [--port 8000] [--data-dir DIR] [--keys N] [--host 127.0.0.1]
+    python -m gemlab.local.http tokenizer Qwen/Qwen3-4B-Instruct-2507   # once per client machine
+
+Clients set ``TINKER_BASE_URL`` and ``TINKER_API_KEY`` to what the server prints and run any Tinker
+program unchanged (with ``HF_HUB_OFFLINE=1`` for tokenizers installed by the second command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import socket
+import sys
+from pathlib import Path
+
+from gemlab.local.http.app import Limits
+
+DEFAULT_DATA = Path.home() / ".cache" / "gemlab" / "tinker-server"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m gemlab.local.http", description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="where keys and checkpoints live")
+    parser.add_argument("--keys", type=int, default=1, help="how many API keys to make (one per attendee)")
+    parser.add_argument("--device", default=None, help="cpu, cuda or mps (default: the best there is)")
+    parser.add_argument("--no-zstd", action="store_true", help="do not ask clients to compress forward_backward")
+    parser.add_argument("--max-tokens", type=int, default=Limits.max_tokens, help="largest max_tokens a sample may ask")
+    parser.add_argument("--max-body-mb", type=float, default=Limits.max_body / 2**20, help="largest request body")
+    parser.add_argument("--max-queue", type=int, default=Limits.max_pending, help="requests queued before 'busy'")
+    return parser.parse_args(argv)
+
+
+def serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from gemlab.local.http.app import make_app
+    from gemlab.local.http.keys import load_or_create
+
+    if args.keys < 1 or args.max_tokens < 1 or args.max_queue < 1 or args.max_body_mb <= 0:
+        sys.exit("--keys, --max-tokens, --max-queue and --max-body-mb must be positive")
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    if not loopback:
+        print(f"warning: serving on {args.host}, reachable from other machines; anyone with a key can train here", file=sys.stderr)
+    data_dir = args.data_dir.expanduser().absolute()
+    keys = load_or_create(data_dir, args.keys)
+    limits = Limits(
+        max_body=int(args.max_body_mb * 2**20),
+        max_tokens=args.max_tokens,
+        max_pending=args.max_queue,
+        max_pending_per_session=min(Limits.max_pending_per_session, args.max_queue),
+    )
+    app = make_app(data_dir, keys, limits, compress=not args.no_zstd, device=args.device)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sys.exit(f"cannot listen on {args.host}:{args.port}: {exc.strerror}")
+    port = sock.getsockname()[1]
+    shown = f"[{args.host}]" if family == socket.AF_INET6 else args.host
+    print(f"gemlab local Tinker server: data in {data_dir}", flush=True)
+    print(f"export TINKER_BASE_URL=http://{shown}:{port}", flush=True)
+    for key in keys[: args.keys]:
+        print(f"export TINKER_API_KEY={key}", flush=True)
+    logging.basicConfig(level=logging.WARNING)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=75)).run(sockets=[sock])
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tokenizer"]:
+        from gemlab.local.http.tokenizer import install_tokenizer
+
+        if len(argv) != 2:
+            sys.exit("usage: python -m gemlab.local.http tokenizer ORG/MODEL")
+        try:
+            print(install_tokenizer(argv[1]))
+        except ValueError as exc:
+            sys.exit(str(exc))
+        return
+    serve(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Tinker's protobuf payloads: ``forward_backward`` requests in, ``ForwardBackwardOutput`` and
+``SampleResponse`` results out (the SDK accepts only protobuf for those two results).
+
+The message classes and the tensor decoder are the SDK's own (``tinker.proto``); this module
+writes the inverse of the SDK's ``request_conv`` and ``response_conv``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zstandard
+from tinker import types
+from tinker.proto import tinker_public_pb2 as pb
+from tinker.proto.response_conv import _tensor_data_from_proto
+
+PROTOBUF = "application/x-protobuf"
+_DTYPES = {"float32": (pb.DTYPE_FLOAT32, np.float32), "int64": (pb.DTYPE_INT64, np.int64)}
+_STOP = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
+
+
+@dataclass
+class ForwardBackward:
+    """A decoded ``/forward_backward`` request."""
+
+    model_id: str
+    seq_id: int
+    loss_fn: str
+    loss_fn_config: dict[str, float | str] | None
+    forward_only: bool
+    data: list[types.Datum]
+
+
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """``body`` as sent (``Content-Encoding: zstd`` undone), at most ``limit`` bytes once decompressed."""
+    if encoding.strip().lower() != "zstd":
+        return body
+    reader = zstandard.ZstdDecompressor().stream_reader(body)
+    out = reader.read(limit + 1)
+    if len(out) > limit:
+        raise ValueError(f"the decompressed request is larger than the server's limit of {limit} bytes")
+    return out
+
+
+def decode_forward_backward(body: bytes) -> ForwardBackward:
+    """The SDK's protobuf ``ForwardBackwardRequest`` as tinker types; ``ValueError`` on anything else."""
+    msg = pb.ForwardBackwardRequest()
+    try:
+        msg.ParseFromString(body)
+    except Exception as exc:
+        raise ValueError("the body is not a protobuf ForwardBackwardRequest") from exc
+    config: dict[str, float | str] = {key: float(value) for key, value in msg.loss_fn_config.items()}
+    for key, value in msg.loss_fn_config_v2.items():
+        config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
+    data = []
+    for index, datum in enumerate(msg.data):
+        chunks = []
+        for chunk in datum.model_input:
+            if chunk.WhichOneof("chunk") != "encoded_text":
+                raise ValueError(f"data[{index}]: only text tokens are served here (no images or audio)")
+            chunks.append(types.EncodedTextChunk(tokens=np.frombuffer(chunk.encoded_text.tokens, np.int32).tolist()))
+        inputs = {name: _tensor_data_from_proto(tensor) for name, tensor in datum.loss_fn_inputs.items()}
+        data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
+    return ForwardBackward(
+        model_id=msg.model_id,
+        seq_id=msg.seq_id,
+        loss_fn=msg.loss_fn,
+        loss_fn_config=config or None,
+        forward_only=msg.forward_only,
+        data=data,
+    )
+
+
+def _batched(tensor: types.TensorData) -> pb.BatchedTensor:
+    proto_dtype, np_dtype = _DTYPES[tensor.dtype]
+    array = np.asarray(tensor.data, dtype=np_dtype)
+    shape = list(tensor.shape) if tensor.shape else [array.size]
+    offsets = np.asarray([0, array.nbytes], dtype=np.int64)
+    return pb.BatchedTensor(data=array.tobytes(), offsets=offsets.tobytes(), dtype=proto_dtype, trailing_shape=shape[1:])
+
+
+def encode_forward_backward_output(output: types.ForwardBackwardOutput) -> bytes:
+    """``output`` as the SDK's protobuf (one ``ArrayRecord`` per datum, so ragged outputs need nothing special)."""
+    msg = pb.ForwardBackwardOutput(loss_fn_output_type=output.loss_fn_output_type or "ArrayRecord")
+    msg.metrics.update({key: float(value) for key, value in output.metrics.items()})
+    for datum in output.loss_fn_outputs:
+        record = msg.loss_fn_outputs.add(num_datums=1)
+        for name, tensor in datum.items():
+            record.fields[name].CopyFrom(_batched(tensor))
+    return msg.SerializeToString()
+
+
+def encode_sample_response(response: types.SampleResponse) -> bytes:
+    """``response`` as the SDK's protobuf (tokens as int32, logprobs as float32, NaN where there is none)."""
+    msg = pb.SampleResponse()
+    for sequence in response.sequences:
+        item = msg.sequences.add(
+            stop_reason=_STOP[sequence.stop_reason], tokens=np.asarray(sequence.tokens, dtype=np.int32).tobytes()
+        )
+        if sequence.logprobs is not None:
+            item.logprobs = np.asarray(sequence.logprobs, dtype=np.float32).tobytes()
+    if response.prompt_logprobs is not None:
+        values: list[Any] = [np.nan if x is None else x for x in response.prompt_logprobs]
+        msg.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()
+    return msg.SerializeToString()

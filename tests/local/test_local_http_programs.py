@@ -1,0 +1,110 @@
+"""Whole Tinker programs, unmodified, over HTTP against ``python -m gemlab.local.http`` in its own
+process: GEM's Tinker loop, tinker-cookbook 0.6.1's ``math_rl`` (default loss, then resumed) and
+``sl_basic``, and ``python -m gemlab.train backend=tinker``.
+Their tokenizers come from the hub cache that ``python -m gemlab.local.http tokenizer`` fills."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.local.http_server import ROOT, ServerProcess, run_client
+from tests.local.test_local_cookbook import MODEL, cookbook, metrics  # noqa: F401 (cookbook: a fixture)
+from tests.local.test_local_runner import GEM_STYLE_SCRIPT
+
+pytestmark = pytest.mark.slow
+GEM_MODEL = "Qwen/Qwen3-8B-Base"
+
+
+@pytest.fixture(scope="module")
+def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A hub cache holding the served tokenizers under the Tinker names the programs use."""
+    home = tmp_path_factory.mktemp("hf")
+    for name in (MODEL, GEM_MODEL, "gemlab/tiny"):
+        done = subprocess.run(
+            [sys.executable, "-m", "gemlab.local.http", "tokenizer", name],
+            capture_output=True, text=True, env={**_env(), "HF_HOME": str(home)}, timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    return home
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    server = ServerProcess(tmp_path_factory.mktemp("programs") / "data")
+    yield server
+    server.stop()
+
+
+def test_tokenizer_command_makes_autotokenizer_work_offline(hf_home: Path, server: ServerProcess, tmp_path: Path):
+    script = "from transformers import AutoTokenizer as A; t = A.from_pretrained('Qwen/Qwen3-8B-Base'); print(t.encode('<|im_start|>user'))"
+    done = run_client(server, ["-c", script], tmp_path, HF_HOME=str(hf_home))
+    assert len(json.loads(done.stdout)) == 3  # <|im_start|> is one token, as in Qwen's tokenizer
+
+
+def test_gems_tinker_loop_over_http(hf_home: Path, server: ServerProcess, tmp_path: Path):
+    (tmp_path / "tinker_train.py").write_text(GEM_STYLE_SCRIPT)
+    done = run_client(server, ["tinker_train.py", f"model_name={GEM_MODEL}", "max_steps=2"], tmp_path, HF_HOME=str(hf_home))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == ["0", "1"]
+    assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
+
+
+def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):  # noqa: F811
+    log = tmp_path / "math_rl"
+    args = [f"model_name={MODEL}", "env=arithmetic", "group_size=2", "groups_per_batch=2", f"log_path={log}"]
+    module = ["-m", "tinker_cookbook.recipes.math_rl.train"]
+    run_client(server, [*module, *args, "max_steps=2"], tmp_path, timeout=600, HF_HOME=str(hf_home))
+    assert json.loads((log / "config.json").read_text())["loss_fn"] == "stable_reinforce"
+    state_path = json.loads((log / "checkpoints.jsonl").read_text().splitlines()[-1])["state_path"]
+    assert state_path.startswith("tinker://")
+    resumed = run_client(
+        server, [*module, *args, "max_steps=3", "behavior_if_log_dir_exists=resume"], tmp_path, timeout=600, HF_HOME=str(hf_home)
+    )
+    assert f"Resumed training from {state_path}" in resumed.stdout + resumed.stderr
+    assert [row["step"] for row in metrics(log) if "optim/lr" in row] == [0, 1, 2]
+
+
+def test_cookbook_sl_basic_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):  # noqa: F811
+    log, builder = tmp_path / "sl_basic", "dataset_builder"
+    run_client(
+        server,
+        [
+            "-m", "tinker_cookbook.recipes.sl_basic",
+            f"model_name={MODEL}",
+            f"log_path={log}",
+            f"{builder}=tinker_cookbook.supervised.data:FromConversationFileBuilder",
+            f"{builder}.file_path={cookbook / 'example_data' / 'conversations.jsonl'}",
+            f"{builder}.common_config.model_name_for_tokenizer={MODEL}",
+            f"{builder}.common_config.renderer_name=qwen3_instruct",
+            f"{builder}.common_config.batch_size=4",
+            f"{builder}.common_config.max_length=256",
+            "max_steps=2",
+        ],
+        tmp_path, timeout=600, HF_HOME=str(hf_home),
+    )
+    steps = [row for row in metrics(log) if "train_mean_nll" in row]
+    assert [row["step"] for row in steps] == [0, 1]
+    assert all(math.isfinite(row["train_mean_nll"]) and row["train_mean_nll"] > 0 for row in steps)
+
+
+def test_gemlab_train_with_the_tinker_backend_over_http(hf_home: Path, server: ServerProcess, tmp_path: Path):
+    run_client(
+        server,
+        ["-m", "gemlab.train", "preset=laptop", "backend=tinker", "max_steps=2", "save_every=1", f"log_dir={tmp_path / 'runs'}"],
+        tmp_path, timeout=600, HF_HOME=str(hf_home),
+    )
+    (log,) = (tmp_path / "runs").glob("*/metrics.jsonl")
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps[-1] == 1
