@@ -56,7 +56,7 @@ def _assert_lost_nothing(run: Path, reference: list[dict]) -> None:
     assert _without_time(_rows(run / "metrics.jsonl")) == reference
     steps = [line["step"] for line in _rows(run / "checkpoints.jsonl")]
     assert steps == sorted(set(steps)) and steps[-1] == SMALL["max_steps"]
-    leftovers = [p for p in run.rglob(".*") if p.name != ".lock"]
+    leftovers = [p for p in run.rglob(".*") if p.name not in (".lock", ".gemlab-run")]
     assert leftovers == []  # no staging files or folders
     folders = {p.parent.name for p in run.glob("checkpoints/*/weights/*/gemlab.json")}
     assert folders == {line["name"] for line in _rows(run / "checkpoints.jsonl")}  # nothing orphaned
