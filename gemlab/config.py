@@ -60,14 +60,16 @@ def plain_number(value: Any) -> Any:
 
 def _positive(obj: Any, attr: str) -> None:
     value = getattr(obj, attr)
-    if not (_number(value) and math.isfinite(value) and value > 0):
+    if _number(value) and not (math.isfinite(value) and value > 0):  # other types: ``Config._types`` names them
         raise ValueError(f"{_name(attr)} must be a positive number, got {value!r}")
 
 
 def _in_range(low: float, high: float) -> Callable[[Any, str], None]:
     def check(obj: Any, attr: str) -> None:
         value = getattr(obj, attr)
-        if not (_number(value) and math.isfinite(value)):
+        if not _number(value):
+            return  # ``Config._types`` names the type
+        if not math.isfinite(value):
             raise ValueError(f"{_name(attr)} must be a finite number in [{low}, {high}]; {value!r} is not")
         if not low <= value <= high:
             raise ValueError(f"{_name(attr)} must be in [{low}, {high}], got {value!r}")
@@ -88,7 +90,7 @@ def _at_most(limit: int, why: str) -> Callable[[Any, str], None]:
     def check(obj: Any, attr: str) -> None:
         _positive(obj, attr)
         value = getattr(obj, attr)
-        if value > limit:
+        if _number(value) and value > limit:
             raise ValueError(f"{_name(attr)}={value} is too large ({why(value) if callable(why) else why}); at most {limit}")
 
     return check

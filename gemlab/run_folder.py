@@ -236,6 +236,7 @@ class RunFolder:
         self._lock = RunLock(self.path)
         self._created: Path | None = None  # the outermost folder ``open`` made, if any
         self._owned: list[str] = []  # checkpoint names gemlab asked the backend to save here
+        self._dropped_at: int | None = None  # the step after which ``drop_checkpoints`` removed them all
 
     @property
     def local_checkpoints(self) -> Path:
@@ -281,7 +282,8 @@ class RunFolder:
     def _read_marker(self) -> list[str]:
         path = self.path / MARKER_FILE
         try:
-            names = json.loads(path.read_text()).get("checkpoint_names", []) if path.is_file() else []
+            marker = json.loads(path.read_text()) if path.is_file() else {}
+            names, self._dropped_at = marker.get("checkpoint_names", []), marker.get("checkpoints_dropped_at")
         except (ValueError, AttributeError):
             warnings.warn(f"{path} is damaged; only the checkpoints its index names count as gemlab's", stacklevel=4)
             names = []
@@ -290,7 +292,10 @@ class RunFolder:
         return list(dict.fromkeys(n for n in [*names, *recorded] if isinstance(n, str)))
 
     def _write_marker(self) -> None:
-        atomic_write_text(self.path / MARKER_FILE, json.dumps({"gemlab_run": 1, "checkpoint_names": self._owned}, indent=1))
+        marker = {"gemlab_run": 1, "checkpoint_names": self._owned}
+        if self._dropped_at is not None:
+            marker["checkpoints_dropped_at"] = self._dropped_at
+        atomic_write_text(self.path / MARKER_FILE, json.dumps(marker, indent=1))
 
     def abandon(self) -> None:
         """Unlock, and remove what ``open`` created: bad input leaves no files."""
@@ -371,6 +376,11 @@ class RunFolder:
                 continue
             step, history = candidate, rows
             break
+        if step == 0 and self._dropped_at is not None:
+            raise RunFolderError(
+                f"run {self.path} finished at step {self._dropped_at} and its checkpoints were removed, so it cannot go on; "
+                "to train again, choose a new run_name (this folder is kept as it is)"
+            )
         if step == 0 and (found.candidates or found.index.problems):
             damage = "; ".join((failures or found.index.problems)[:3])
             raise RunFolderError(
@@ -455,6 +465,20 @@ class RunFolder:
             atomic_write_text(self.path / CHECKPOINTS_FILE, rows_text(self.checkpoints))
             self.prune()
 
+    def drop_checkpoints(self, step: int) -> None:
+        """Remove every checkpoint gemlab saved here, with its records and the index, once the run
+        is finished at ``step`` (the studies keep only config and metrics). The marker remembers
+        it, so a later Trainer on this folder is refused instead of starting over."""
+        self._dropped_at = step
+        self._write_marker()
+        self.checkpoints = []
+        self.prune()
+        (self.path / CHECKPOINTS_FILE).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (self.path / RECORDS_DIR).rmdir()  # only if nothing but gemlab's records was in it
+        with contextlib.suppress(OSError):
+            self.local_checkpoints.rmdir()
+
     # ----- clean-up: only what gemlab recorded -------------------------------------------
     def prune(self) -> int:
         """Delete the checkpoints gemlab saved here that the index no longer names (steps rolled
@@ -475,12 +499,14 @@ class RunFolder:
         owned = set(self._owned)
         removed = 0
         for weights in root.glob("*/weights"):
+            cleaned = False
             for folder in list(weights.iterdir()):
                 staging = folder.name.startswith(".") and folder.name[1:].rsplit("-", 1)[0] in owned
                 if folder.is_dir() and not folder.is_symlink() and (staging or (folder.name in owned and folder.resolve() not in keep)):
                     shutil.rmtree(folder, ignore_errors=True)
                     removed += not staging
-            for empty in (weights, weights.parent):  # rmdir removes only empty folders
+                    cleaned = True
+            for empty in (weights, weights.parent) if cleaned else ():  # rmdir removes only empty folders
                 with contextlib.suppress(OSError):
                     empty.rmdir()
         return removed
