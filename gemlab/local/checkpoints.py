@@ -157,11 +157,13 @@ def load_meta(folder: Path) -> dict[str, Any]:
 def load(folder: Path) -> Checkpoint:
     """Read the checkpoint in ``folder`` (from ``resolve``)."""
     optimizer_file = folder / OPTIMIZER_FILE
-    return Checkpoint(
-        weights=load_file(folder / WEIGHTS_FILE),
-        meta=load_meta(folder),
-        optimizer=torch.load(optimizer_file, weights_only=True) if optimizer_file.is_file() else None,
-    )
+    optimizer = None
+    if optimizer_file.is_file():
+        try:
+            optimizer = torch.load(optimizer_file, weights_only=True)
+        except Exception as error:  # torch's message advises weights_only=False: never for a damaged file
+            raise ValueError(f"{optimizer_file} is damaged and cannot be read ({type(error).__name__})") from None
+    return Checkpoint(weights=load_file(folder / WEIGHTS_FILE), meta=load_meta(folder), optimizer=optimizer)
 
 
 def copy(folder: Path, destination: Path) -> None:
