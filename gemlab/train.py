@@ -83,9 +83,10 @@ def _stop(trainer: Trainer, resume: str) -> str:
         try:
             trainer.save_checkpoint()
             done = f"stopped after step {trainer.step_index}, checkpoint saved"
-        except OSError as error:  # e.g. a full disk: the last checkpoint still holds
+        except Exception as error:  # e.g. a full disk: the last checkpoint still holds
+            reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
             trainer.close()
-            return f"the checkpoint could not be saved ({os_reason(error)}); the one at step {last} is kept; free space, then resume with: {resume}"
+            return f"the checkpoint could not be saved ({reason}); the one at step {last} is kept; free space, then resume with: {resume}"
     trainer.close()
     return f"{done}; resume with: {resume}"
 
