@@ -21,7 +21,13 @@ from pathlib import Path
 import pytest
 
 from gemlab import Trainer, make_config
-from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, RECORDS_DIR, RunFolder, RunFolderError
+from gemlab.run_folder import (
+    CHECKPOINTS_FILE,
+    METRICS_FILE,
+    RECORDS_DIR,
+    RunFolder,
+    RunFolderError,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "GEMLAB_THREADS": "1", "PYTHONPATH": str(ROOT), "TINKER_API_KEY": ""}
@@ -250,7 +256,7 @@ def test_a_config_json_holding_a_list_is_one_line(tmp_path: Path) -> None:
 
 def _mount_tmpfs(path: Path, options: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True).returncode == 0
+    return os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, check=False).returncode == 0
 
 
 def test_a_read_only_log_dir_is_one_line(tmp_path: Path) -> None:
@@ -261,7 +267,7 @@ def test_a_read_only_log_dir_is_one_line(tmp_path: Path) -> None:
         with pytest.raises(RunFolderError, match=r"cannot create run folder .*Read-only file system"):
             RunFolder(str(disk), "r").open()
     finally:
-        subprocess.run(["umount", str(disk)])
+        subprocess.run(["umount", str(disk)], check=False)
 
 
 # ----- a Trainer -------------------------------------------------------------------------------
@@ -324,7 +330,7 @@ def _train(log_dir: Path, *extra: str, wait: bool = True):
     command = [sys.executable, "-m", "gemlab.train", "preset=laptop", "batch_size=16", "num_env=8", f"log_dir={log_dir}", "run_name=r", *extra]
     if not wait:
         return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False)
 
 
 @pytest.mark.slow
@@ -345,7 +351,7 @@ def test_a_full_disk_is_one_line_and_resumes_once_space_is_freed(tmp_path: Path)
         steps = [json.loads(line)["step"] for line in (disk / "r" / METRICS_FILE).read_text().splitlines()]
         assert steps == list(range(40))
     finally:
-        subprocess.run(["umount", str(disk)])
+        subprocess.run(["umount", str(disk)], check=False)
 
 
 @pytest.mark.slow
@@ -364,7 +370,7 @@ def test_ctrl_c_while_loading_or_drawing_exits_130_in_one_line(tmp_path: Path, w
             time.sleep(0.02)
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=300)
+    _out, err = process.communicate(timeout=300)
     assert "Traceback" not in err, err
     if process.returncode == 0:
         pytest.skip(f"the run finished before the SIGINT reached the {when}")
