@@ -422,7 +422,8 @@ class RunFolder:
     def _rewrite(self, name: str, read: Rows, text: str) -> None:
         """Replace ``name`` with ``text``; a damaged file is first kept as ``<name>.damaged-N``."""
         path = self.path / name
-        if read.problems and path.exists():
+        out_of_order = name == METRICS_FILE and intact_steps(read.rows) < len(read.rows)  # e.g. rows repeated by an old restart
+        if (read.problems or out_of_order) and path.exists():
             number = 1 + sum(1 for _ in self.path.glob(f"{name}.damaged-*"))
             kept = path.with_name(f"{name}.damaged-{number}")
             shutil.copyfile(path, kept)
