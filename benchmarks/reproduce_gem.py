@@ -21,7 +21,7 @@ import matplotlib
 import pandas as pd
 
 from gemlab.plots import save_figure
-
+from gemlab.run_folder import RunFolderError
 from gemlab.studies.definitions import SEEDS, STEPS, STUDIES, study_configs
 from gemlab.studies.figures import algorithms_figure, gamma_figure, summary_table
 from gemlab.studies.runner import run_configs
@@ -48,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.width", 200)
     for study in args.study or STUDIES:
         start = time.time()
-        run_configs(study_configs(study, args.root, steps=args.steps, seeds=args.seeds))
+        try:
+            run_configs(study_configs(study, args.root, steps=args.steps, seeds=args.seeds))
+        except RunFolderError as error:  # another runner holds a run, or a folder is not usable
+            print(f"reproduce_gem: {error}", file=sys.stderr)
+            return 1
         print(f"\n{study}: {time.time() - start:.0f} s")
         print(summary_table(f"{args.root}/{study}", TABLE_METRICS[study]).round(3).to_string())
         print(f"figure: {save_figure(FIGURES[study](f'{args.root}/{study}'), f'{args.root}/{study}.png')}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import numbers
 import re
 import types as pytypes
 import typing
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import chz
+import numpy as np
 from tinker import types
 
 from gemlab.returns import ADVANTAGES
@@ -38,23 +40,48 @@ POLICY_LOSSES: dict[str, tuple[str, ...]] = {
 MAX_NUM_ENV = 4096
 MAX_BATCH_SIZE = 65536
 ENV_SECONDS = 5e-4
+ENV_BYTES = 5e3
+MAX_SEED = 2**31 - 1  # derive_seed works in 31 bits; numpy and torch take any seed in [0, 2**32)
 
 
 def _name(attr: str) -> str:
     return attr.removeprefix("X_")  # chz hands validators its internal attribute name
 
 
+def _number(value: Any) -> bool:
+    """A real number (numpy's included), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def plain_number(value: Any) -> Any:
+    """numpy's ints and floats as Python's (``np.int64(16)`` -> ``16``), so configs save as JSON."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _positive(obj: Any, attr: str) -> None:
     value = getattr(obj, attr)
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+    if _number(value) and not (math.isfinite(value) and value > 0):  # other types: ``Config._types`` names them
         raise ValueError(f"{_name(attr)} must be a positive number, got {value!r}")
 
 
 def _in_range(low: float, high: float) -> Callable[[Any, str], None]:
     def check(obj: Any, attr: str) -> None:
         value = getattr(obj, attr)
-        if not (isinstance(value, (int, float)) and low <= value <= high):
+        if not _number(value):
+            return  # ``Config._types`` names the type
+        if not math.isfinite(value):
+            raise ValueError(f"{_name(attr)} must be a finite number in [{low}, {high}]; {value!r} is not")
+        if not low <= value <= high:
             raise ValueError(f"{_name(attr)} must be in [{low}, {high}], got {value!r}")
+
+    return check
+
+
+def _at_least(low: int) -> Callable[[Any, str], None]:
+    def check(obj: Any, attr: str) -> None:
+        value = getattr(obj, attr)
+        if _number(value) and value < low:
+            raise ValueError(f"{_name(attr)} must be at least {low}, got {value!r}")
 
     return check
 
@@ -63,7 +90,7 @@ def _at_most(limit: int, why: str) -> Callable[[Any, str], None]:
     def check(obj: Any, attr: str) -> None:
         _positive(obj, attr)
         value = getattr(obj, attr)
-        if value > limit:
+        if _number(value) and value > limit:
             raise ValueError(f"{_name(attr)}={value} is too large ({why(value) if callable(why) else why}); at most {limit}")
 
     return check
@@ -97,8 +124,10 @@ def _run_name(obj: Any, attr: str) -> None:
 
 
 def _env_cost(num_env: int) -> str:
-    minutes = num_env * ENV_SECONDS / 60
-    return f"each step plays at least {num_env} episodes, and creating the envs alone takes about {minutes:.0f} min and {num_env * 5e-6:.1f} GB"
+    return (
+        f"each step plays at least {num_env} episodes, and all {num_env} play at once: "
+        f"{num_env * ENV_BYTES / 2**20:.0f} MB of envs and {num_env} concurrent requests per turn"
+    )
 
 
 @chz.chz
@@ -115,7 +144,10 @@ class Config:
     )
     max_steps: int = chz.field(default=200, validator=_positive)
     save_every: int = chz.field(default=5, doc="checkpoint every N steps (<= 0: only at the end and on interrupt)")
-    seed: int = 0
+    keep_checkpoints: int = chz.field(
+        default=5, validator=_at_least(0), doc="local checkpoints kept, newest first (0: keep all)"
+    )
+    seed: int = chz.field(default=0, validator=_in_range(0, MAX_SEED), doc=f"0 to {MAX_SEED}")
     # sampling
     max_tokens: int = chz.field(default=2048, validator=_positive, doc="cap on tokens per action")
     temperature: float = chz.field(default=1.0, validator=_in_range(0.0, 10.0))
@@ -137,7 +169,7 @@ class Config:
     # sampling ahead of the learner (gemlab/sampling_ahead.py)
     max_staleness: int = chz.field(
         default=0,
-        validator=chz.validators.ge(0),
+        validator=_at_least(0),
         doc="0: GEM's synchronous loop; k: collect the next batches while a step trains, never more than k steps old",
     )
     # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
@@ -149,7 +181,7 @@ class Config:
         default=1, validator=_positive, doc="policy updates per batch: one forward_backward + optim_step per minibatch (PPO-style when > 1)"
     )
     # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
-    warmup_steps: int = chz.field(default=0, validator=chz.validators.ge(0))
+    warmup_steps: int = chz.field(default=0, validator=_at_least(0))
     warmup_learning_rate: float = chz.field(default=1e-3, validator=_positive)
     # where it runs and where it writes
     backend: str = chz.field(default="auto", validator=_one_of(BACKENDS), doc="'auto': Tinker if TINKER_API_KEY is set")
@@ -169,7 +201,7 @@ class Config:
             value = getattr(self, name)
             if not type_matches(value, field.final_type):
                 raise ValueError(f"{name} must be {type_name(field.final_type)}, got {value!r}")
-            if isinstance(value, float) and not math.isfinite(value):
+            if _number(value) and not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
 
     @chz.validate
@@ -235,7 +267,7 @@ def make_config(preset: str = "gem", **overrides: Any) -> Config:
         raise ValueError(f"Unknown preset {preset!r}. Known presets: {', '.join(PRESETS)}")
     for key in overrides:
         check_key(key)
-    return Config(**{**PRESETS[preset], **overrides})
+    return Config(**{**PRESETS[preset], **{key: plain_number(value) for key, value in overrides.items()}})
 
 
 # ----- the command line ------------------------------------------------------------------------
@@ -248,7 +280,9 @@ def type_matches(value: Any, annotation: Any) -> bool:
     if annotation in (int, float) and isinstance(value, bool):
         return False
     if annotation is float:
-        return isinstance(value, (int, float))
+        return _number(value)
+    if annotation is int:
+        return isinstance(value, numbers.Integral)
     if typing.get_origin(annotation) is dict:
         return isinstance(value, dict)
     return isinstance(value, annotation) if isinstance(annotation, type) else True

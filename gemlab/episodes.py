@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar, Union
 
@@ -188,10 +189,16 @@ Policy = Callable[[str], Union[str, Action, Awaitable[Union[str, Action]]]]
 T = TypeVar("T")
 
 
+class RewardError(ValueError):
+    """An env returned a reward that is not a number: the env's fault, never a dropped sample."""
+
+
 def play_turn(env: Any, observation: str, action: str | Action) -> tuple[Transition, str]:
     """One turn: ``env.step`` the action; returns the turn as a ``Transition`` and the next observation."""
     action = Action(text=str(action)) if not isinstance(action, Action) else action
     next_observation, reward, terminated, truncated, _ = env.step(action.text)
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        raise RewardError(f"env {type(getattr(env, 'unwrapped', env)).__name__} returned the reward {reward!r} for {action.text[:40]!r}; rewards must be numbers")
     transition = Transition(
         obs_tokens=action.obs_tokens,
         act_tokens=action.act_tokens,
@@ -345,6 +352,9 @@ async def collect_batch(
             if isinstance(result, BaseException) and not isinstance(result, Exception):
                 raise result  # cancellation or interrupt: not a failed sample
         failures = [r for r in results if isinstance(r, Exception)]
+        for failure in failures:
+            if isinstance(failure, RewardError):
+                raise failure  # the env is broken: not a sampling failure to drop
         if failures and len(failures) == len(results):
             raise RuntimeError(f"every episode of a rollout round failed; first error: {failures[0]!r}") from failures[0]
         for result in results:

@@ -20,6 +20,7 @@ import matplotlib
 
 from gemlab.backend import BackendError
 from gemlab.config import config_from_argv, help_text
+from gemlab.run_folder import os_reason
 from gemlab.trainer import Interrupted, Trainer, TrainingDiverged
 
 
@@ -39,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback, no files
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while the model loads: the Trainer removed what it had created
+        print("\ngemlab.train: SIGINT while starting; nothing was trained or changed", file=sys.stderr)
+        return 130
+    except OSError as error:  # the disk, not the input: say which file
+        print(f"gemlab.train: cannot start ({os_reason(error)}); nothing was trained", file=sys.stderr)
+        return 1
     config = trainer.config
     loss = config.loss_fn + "".join(f" {k}={v}" for k, v in (config.loss_fn_config or {}).items())
     print(f"run folder: {trainer.run_dir} | loss: {loss}")
@@ -57,20 +64,30 @@ def main(argv: list[str] | None = None) -> int:
         trainer.close()
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 1
-    except Exception as error:  # e.g. the sampler is down: keep what is done, say how to go on
-        print(f"gemlab.train: step {trainer.step_index} failed ({type(error).__name__}: {error}); {_stop(trainer, resume)}", file=sys.stderr)
+    except Exception as error:  # e.g. the sampler is down or the disk full: keep what is done, say how to go on
+        reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+        print(f"gemlab.train: step {trainer.step_index} failed ({reason}); {_stop(trainer, resume)}", file=sys.stderr)
         return 1
     trainer.close()
-    return _plots(trainer)
+    try:
+        return _plots(trainer)
+    except KeyboardInterrupt:
+        print(f"\ngemlab.train: SIGINT while drawing the plots; the run is complete in {trainer.run_dir}", file=sys.stderr)
+        return 130
 
 
 def _stop(trainer: Trainer, resume: str) -> str:
     """Save a checkpoint if the trainer's state is consistent, close it, and say how to resume."""
+    last = trainer.checkpoints[-1]["step"] if trainer.checkpoints else 0
+    done = f"stopped in the middle of an update; the checkpoint at step {last} is kept"
     if trainer.consistent:
-        trainer.save_checkpoint()
-        done = f"stopped after step {trainer.step_index}, checkpoint saved"
-    else:
-        done = "stopped in the middle of an update; the last checkpoint is kept"
+        try:
+            trainer.save_checkpoint()
+            done = f"stopped after step {trainer.step_index}, checkpoint saved"
+        except Exception as error:  # e.g. a full disk: the last checkpoint still holds
+            reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+            trainer.close()
+            return f"the checkpoint could not be saved ({reason}); the one at step {last} is kept; free space, then resume with: {resume}"
     trainer.close()
     return f"{done}; resume with: {resume}"
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 import warnings
@@ -44,6 +45,31 @@ from gemlab.templates import get_template
 from gemlab.warmup import warmup_async
 
 T = TypeVar("T")
+
+
+def check_wandb(project: str | None) -> None:
+    """Refuse ``wandb_project`` up front when wandb is missing or not logged in (offline is fine)."""
+    if not project:
+        return
+    try:
+        import wandb  # optional: only runs that log to wandb need it installed
+    except ImportError:
+        raise ValueError(f"wandb_project={project!r} needs the wandb package: pip install wandb (or leave wandb_project unset)") from None
+    if os.environ.get("WANDB_MODE") in ("offline", "disabled") or os.environ.get("WANDB_API_KEY"):
+        return
+    if not wandb.api.api_key:
+        raise ValueError(f"wandb_project={project!r}: wandb is not logged in; run `wandb login`, set WANDB_API_KEY, or WANDB_MODE=offline")
+
+
+def check_context(service_client: Any, config: Config) -> None:
+    """Refuse ``max_tokens`` beyond the model's context, when the backend lists the model."""
+    try:
+        models = service_client.get_server_capabilities().supported_models
+    except Exception:  # a backend that cannot say: the first sample will
+        return
+    limit = next((m.max_context_length for m in models if m.model_name == config.model_name and m.max_context_length), None)
+    if limit is not None and config.max_tokens > limit:
+        raise ValueError(f"max_tokens={config.max_tokens} is more than {config.model_name}'s context of {limit} tokens; use at most {limit}")
 
 
 class TrainingDiverged(RuntimeError):
@@ -137,10 +163,11 @@ class Trainer:
     def __init__(self, config: Config, *, service_client: Any = None, progress: bool = True) -> None:
         check_env_id(config.env_id)  # bad input fails here, before anything is created
         wrapper_names(config.env_wrappers)
+        check_wandb(config.wandb_project)
         self.config = config
         self.template = get_template(config.template)
         self.progress = progress
-        self.folder = RunFolder(config.log_dir, config.resolved_run_name)
+        self.folder = RunFolder(config.log_dir, config.resolved_run_name, config.keep_checkpoints)
         self.run_dir = self.folder.path
         self.step_index = 0
         self.history: list[dict[str, float]] = []
@@ -150,8 +177,10 @@ class Trainer:
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
         self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
         self._wandb = None
+        self._closed = False
         if service_client is None:
             service_client = self._default_service_client()  # a missing Tinker key fails before any file
+        check_context(service_client, config)
         self.folder.open()  # refused while another process (or Trainer) holds the folder
         try:
             changes = self.folder.check_config(config)
@@ -189,6 +218,7 @@ class Trainer:
     # ----- one step -----------------------------------------------------------------------
     async def astep(self) -> dict[str, float]:
         """One policy-gradient step, awaited from any event loop (Jupyter's too); see ``step``."""
+        self._check_usable()
         return await self._loop.run_async(self._step())
 
     def step(self) -> dict[str, float]:
@@ -196,6 +226,7 @@ class Trainer:
 
         All or nothing: interrupted (Ctrl-C) while sampling, nothing has changed; once the update
         is sent, the step finishes, is logged and counted before the interrupt goes on."""
+        self._check_usable()
         return self._loop.run(self._step())
 
     async def _step(self) -> dict[str, float]:
@@ -247,6 +278,7 @@ class Trainer:
     # ----- end to end ---------------------------------------------------------------------
     def run(self, max_steps: int | None = None) -> list[dict[str, float]]:
         """Train until ``max_steps`` (default: the config's) or ``request_stop()``, then save a checkpoint."""
+        self._check_usable()
         last = max_steps if max_steps is not None else self.config.max_steps
         self._stop_requested = False
         with tqdm(total=last, initial=min(self.step_index, last), desc="training", unit="step", disable=not self.progress) as bar:
@@ -274,6 +306,9 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the trainer's event loop (and wandb, if used) and unlock the run folder."""
+        if self._closed:
+            return
+        self._closed = True
         if self._wandb is not None:
             self._wandb.finish()
         if self.consistent:
@@ -294,6 +329,8 @@ class Trainer:
         return not (self._mid_update or self._loop.abandoned)
 
     def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"this Trainer is closed; create a new Trainer for {self.run_dir} to go on from its last checkpoint")
         if not self.consistent:
             raise RuntimeError(
                 "this Trainer stopped in the middle of an update, so its weights may not match its metrics; "
@@ -308,8 +345,9 @@ class Trainer:
         if self.checkpoints and self.checkpoints[-1]["step"] == self.step_index:
             return self.checkpoints[-1]["state_path"]  # already saved at this step
         name = f"step{self.step_index:06d}"
+        self.folder.will_save(name)  # recorded first: a save cut by a kill is known to be gemlab's
         saved = await (await self.training_client.save_state_async(name)).result_async()
-        self.folder.add_checkpoint(name, self.step_index, saved.path)
+        self.folder.add_checkpoint(name, self.step_index, saved.path, self.history)
         return saved.path
 
     async def _load(self, path: str) -> None:

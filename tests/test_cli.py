@@ -21,8 +21,16 @@ BAD = [
     (["learning_rate=inf"], "learning_rate must be a positive number, got inf"),
     (["learning_rate=nan"], "learning_rate must be a positive number, got nan"),
     (["learning_rate=-1"], "learning_rate must be a positive number, got -1.0"),
-    (["temperature=nan"], "temperature must be in [0.0, 10.0], got nan"),
-    (["gamma=nan"], "gamma must be in [0.0, 1.0], got nan"),
+    (["temperature=nan"], "temperature must be a finite number in [0.0, 10.0]; nan is not"),
+    (["gamma=nan"], "gamma must be a finite number in [0.0, 1.0]; nan is not"),
+    (["seed=-1"], "seed must be in [0, 2147483647], got -1"),
+    (["seed=99999999999999999999999"], "seed must be in [0, 2147483647], got 99999999999999999999999"),
+    (["num_env=4097"], "num_env=4097 is too large (each step plays at least 4097 episodes, and all 4097 play at once: 20 MB"),
+    (["max_staleness=-1"], "max_staleness must be at least 0, got -1"),
+    (["keep_checkpoints=-1"], "keep_checkpoints must be at least 0, got -1"),
+    (["max_tokens=10000000"], "max_tokens=10000000 is more than gemlab/tiny's context of 2048 tokens; use at most 2048"),
+    (["lora_rank=100000"], "LoRA rank 100000 is more than gemlab/tiny's hidden size 128; use a rank of at most 128"),
+    (["wandb_project=x"], "wandb_project='x' "),
     (["loss_fn=dro", "loss_fn_config.beta=nan"], "loss_fn_config.beta must be a finite number, got nan"),
     (["loss_fn_config=3"], "loss_fn_config must be a mapping of names to numbers or None, got '3'"),
     (["allow_config_change=maybe"], "allow_config_change must be true or false, got 'maybe'"),
@@ -74,6 +82,22 @@ def test_help_lists_every_key_and_exits_0() -> None:
 def test_python_callers_get_the_same_validation(overrides, message) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
         Config(**overrides)
+
+
+def test_numpy_numbers_are_numbers_and_save_as_json(tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    from gemlab.run_folder import RunFolder
+
+    config = make_config("laptop", batch_size=np.int64(16), num_env=np.int32(8), learning_rate=np.float32(0.01), log_dir=str(tmp_path))
+    assert config.batch_size == 16 and type(config.batch_size) is int
+    folder = RunFolder(str(tmp_path), "r")
+    folder.open()
+    folder.save_config(Config(batch_size=np.int64(16), num_env=16, gamma=np.float64(0.5)), {}, 0)
+    folder.close()
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["batch_size"] == 16
 
 
 def test_a_misspelled_key_from_python_suggests_the_right_one() -> None:

@@ -56,7 +56,7 @@ def _assert_lost_nothing(run: Path, reference: list[dict]) -> None:
     assert _without_time(_rows(run / "metrics.jsonl")) == reference
     steps = [line["step"] for line in _rows(run / "checkpoints.jsonl")]
     assert steps == sorted(set(steps)) and steps[-1] == SMALL["max_steps"]
-    leftovers = [p for p in run.rglob(".*") if p.name != ".lock"]
+    leftovers = [p for p in run.rglob(".*") if p.name not in (".lock", ".gemlab-run")]
     assert leftovers == []  # no staging files or folders
     folders = {p.parent.name for p in run.glob("checkpoints/*/weights/*/gemlab.json")}
     assert folders == {line["name"] for line in _rows(run / "checkpoints.jsonl")}  # nothing orphaned
@@ -207,23 +207,25 @@ def test_damaged_checkpoint_falls_back_to_the_one_before(tmp_path: Path, damage:
     trainer.close()
 
 
-def test_damaged_metrics_line_is_named_and_resume_goes_back_before_it(tmp_path: Path) -> None:
+def test_damaged_metrics_line_is_named_and_resume_recovers_the_rows_from_the_checkpoint(tmp_path: Path) -> None:
     run = _four_steps(tmp_path)
     lines = (run / "metrics.jsonl").read_text().splitlines()
     lines[2] = lines[2][:40]  # step 2's row cut short
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.warns(UserWarning, match=r"metrics.jsonl line 3 is damaged"):
         trainer = _trainer(tmp_path, "damaged")
-    assert trainer.step_index == 2 and [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1]
+    assert trainer.step_index == 4 and [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert (run / "metrics.jsonl.damaged-1").read_text().splitlines()[2] == lines[2]  # the damaged file is kept
     trainer.close()
 
 
-def test_repeated_rows_from_an_old_restart_are_cut_back(tmp_path: Path) -> None:
+def test_repeated_rows_from_an_old_restart_are_replaced_by_the_checkpoints_copy(tmp_path: Path) -> None:
     run = _four_steps(tmp_path)
     rows = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text("\n".join(rows[:3] + rows) + "\n")  # steps 0 1 2 0 1 2 3
-    trainer = _trainer(tmp_path, "damaged")
-    assert trainer.step_index == 2 and [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1]
+    with pytest.warns(UserWarning, match=r"kept as metrics.jsonl.damaged-1"):
+        trainer = _trainer(tmp_path, "damaged")
+    assert trainer.step_index == 4 and [row["step"] for row in _rows(run / "metrics.jsonl")] == [0, 1, 2, 3]
     trainer.close()
 
 

@@ -15,6 +15,7 @@ given another. Wherever a path is taken, a plain folder path works too. A folder
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -138,7 +139,11 @@ def save(
         adapter_config.save_pretrained(staging)  # PEFT's adapter_config.json
         (staging / META_FILE).write_text(json.dumps(meta, indent=2))
         if optimizer is not None:
-            torch.save(optimizer, staging / OPTIMIZER_FILE)
+            try:
+                torch.save(optimizer, staging / OPTIMIZER_FILE)
+            except RuntimeError as error:  # torch reports a failed write (a full disk) as a C++ RuntimeError
+                full = shutil.disk_usage(staging).free < 1 << 20
+                raise OSError(errno.ENOSPC if full else errno.EIO, os.strerror(errno.ENOSPC if full else errno.EIO), str(folder)) from error
         if folder.exists():
             shutil.rmtree(folder)
         staging.rename(folder)
@@ -157,11 +162,13 @@ def load_meta(folder: Path) -> dict[str, Any]:
 def load(folder: Path) -> Checkpoint:
     """Read the checkpoint in ``folder`` (from ``resolve``)."""
     optimizer_file = folder / OPTIMIZER_FILE
-    return Checkpoint(
-        weights=load_file(folder / WEIGHTS_FILE),
-        meta=load_meta(folder),
-        optimizer=torch.load(optimizer_file, weights_only=True) if optimizer_file.is_file() else None,
-    )
+    optimizer = None
+    if optimizer_file.is_file():
+        try:
+            optimizer = torch.load(optimizer_file, weights_only=True)
+        except Exception as error:  # torch's message advises weights_only=False: never for a damaged file
+            raise ValueError(f"{optimizer_file} is damaged and cannot be read ({type(error).__name__})") from None
+    return Checkpoint(weights=load_file(folder / WEIGHTS_FILE), meta=load_meta(folder), optimizer=optimizer)
 
 
 def copy(folder: Path, destination: Path) -> None:

@@ -94,7 +94,10 @@ def target_modules(model: Any, spec: LoraSpec) -> list[str]:
 
 
 def peft_config(lm: LoadedModel, spec: LoraSpec) -> LoraConfig:
-    """The PEFT configuration of ``spec`` on ``lm``."""
+    """The PEFT configuration of ``spec`` on ``lm``; a rank beyond the model's width is refused."""
+    width = getattr(lm.model.config, "hidden_size", None)
+    if width and spec.rank > width:
+        raise ValueError(f"LoRA rank {spec.rank} is more than {lm.name}'s hidden size {width}; use a rank of at most {width}")
     return LoraConfig(
         r=spec.rank,
         lora_alpha=LORA_ALPHA,

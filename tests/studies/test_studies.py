@@ -103,7 +103,7 @@ def test_runner_resumes_an_interrupted_run_and_skips_finished_ones(tmp_path):
     trainer.close()
     run_configs([config], progress=False)
     run_dir = tmp_path / "a" / "r"
-    assert sorted(p.name for p in run_dir.iterdir()) == ["config.json", "metrics.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".")) == ["config.json", "metrics.jsonl"]
     rows = _rows(run_dir / "metrics.jsonl")
     assert [row["step"] for row in rows] == [0, 1, 2, 3]
     assert _untimed(rows) == _untimed(_rows(tmp_path / "b" / "r" / "metrics.jsonl"))
