@@ -46,11 +46,16 @@ class Worker:
         # collector at any allocation, possibly inside another put) can queue work safely
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"gemlab-local-{role}", daemon=True)
+        self._stopped = False
         self._thread.start()
 
     def submit(self, fn: Callable[[], T]) -> Future[T]:
-        """Queue ``fn``; its result (or exception) lands in the returned future."""
+        """Queue ``fn``; its result (or exception) lands in the returned future. After ``stop``
+        (interpreter exit) nothing runs: the future fails at once."""
         future: Future[T] = Future()
+        if self._stopped:
+            future.set_exception(RuntimeError("the local backend has shut down (the interpreter is exiting)"))
+            return future
         self._jobs.put((fn, future))
         return future
 
@@ -59,9 +64,20 @@ class Worker:
         return threading.current_thread() is self._thread
 
     def drain(self) -> None:
-        """Block until every job queued so far has finished (run at interpreter exit)."""
+        """Block until every job queued so far has finished."""
         if self._thread.is_alive() and not self.on_worker_thread():
             self.submit(lambda: None).result()
+
+    def stop(self) -> None:
+        """Finish the queued jobs, then end the thread (at interpreter exit). Jobs submitted later,
+        e.g. by clients' finalizers during the interpreter's teardown, are refused: a daemon thread
+        still running torch while C++ static destructors run aborts the process ("terminate called
+        without an active exception")."""
+        self.drain()
+        self._stopped = True
+        self._jobs.put(None)
+        if not self.on_worker_thread():
+            self._thread.join(timeout=30)
 
     def _run(self) -> None:
         while True:
@@ -93,7 +109,7 @@ def get_worker(role: str = TRAINING) -> Worker:
     with _worker_lock:
         if role not in _workers:
             _workers[role] = Worker(role)
-            atexit.register(_workers[role].drain)
+            atexit.register(_workers[role].stop)
         return _workers[role]
 
 
