@@ -160,6 +160,7 @@ class Trainer:
         self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self.checkpoints: list[dict[str, Any]] = []
         self._stop_requested = False
+        self._warmed_up = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
         self._rollouts: AsyncRollouts | None = None  # batches collected ahead (max_staleness > 0)
         self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
@@ -206,7 +207,7 @@ class Trainer:
         is sent, the step finishes, is logged and counted before the cancellation goes on."""
         self._check_usable()
         config, step = self.config, self.step_index
-        if step == 0 and config.warmup_steps > 0 and not self.history:
+        if step == 0 and config.warmup_steps > 0 and not self.history and not self._warmed_up:
             await self._warmup()
         start = time.time()
         # ALGO LOGIC: 1-2. snapshot the weights, play the envs (ahead of the learner if max_staleness > 0)
@@ -405,9 +406,16 @@ class Trainer:
             "(or allow_config_change=true)"
         )
 
+    def warmup(self) -> None:
+        """Run the SFT warm-up now (e.g. to evaluate after it), instead of at the first step."""
+        if self.history or self._warmed_up:
+            raise RuntimeError("The warm-up runs once, before the first step; this run is past it")
+        self._loop.run(self._warmup())
+
     async def _warmup(self) -> None:
         from gemlab.warmup import warmup_async
 
+        self._warmed_up = True
         losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=self.progress)
         rows = [{"warmup_step": index, "loss": loss} for index, loss in enumerate(losses)]
         run_folder.atomic_write_text(self.run_dir / "warmup.jsonl", run_folder.rows_text(rows))
