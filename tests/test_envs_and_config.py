@@ -63,3 +63,10 @@ def test_real_tinker_without_key_names_local_backend(monkeypatch):
         get_service_client("tinker")
     monkeypatch.setenv("TINKER_API_KEY", "tml-dummy")
     assert resolve_backend("auto") == "tinker"
+
+
+def test_smollm2_preset_validates():
+    config = make_config("smollm2")
+    assert config.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct" and config.backend == "local"
+    assert config.warmup_steps > 0  # SmolLM2 never writes \boxed{} at base: RL alone sees no reward
+    assert config_from_argv(["preset=smollm2", "seed=2"]).seed == 2

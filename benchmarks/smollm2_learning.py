@@ -1,0 +1,102 @@
+"""Does SmolLM2-135M-Instruct learn in gemlab? Fixed-set success at base, after the SFT warm-up and
+after RL, per seed, with the run's config and metrics recorded (no checkpoints).
+
+    python benchmarks/smollm2_learning.py --seeds 0 1 2 --minutes 20 --out data/smollm2
+    python benchmarks/smollm2_learning.py --probe template=chat          # base and warm-up only
+
+Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it), the fixed evaluation
+set of ``gemlab.evaluate`` before anything, after ``Trainer.warmup()``, and after RL steps until
+``max_steps`` or ``--minutes`` of wall time (warm-up included) run out. Writes
+``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}`` and prints one line per
+evaluation. Not a test: it takes minutes to an hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from gemlab.config import config_from_argv
+from gemlab.evaluate import NUM_GAMES, evaluate_async
+from gemlab.training import Trainer
+
+
+def evaluate(trainer: Trainer, games: int) -> dict:
+    """The fixed set, played by the trainer's current weights."""
+    config = trainer.config
+
+    async def run() -> dict:
+        sampler = await trainer.training_client.save_weights_and_get_sampling_client_async()
+        start = time.time()
+        result = await evaluate_async(
+            sampler, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens,
+            num_games=games, temperature=config.temperature, env_wrappers=config.env_wrappers,
+        )
+        return {**result.to_dict(), "seconds": time.time() - start}
+
+    return trainer._loop.run(run())
+
+
+def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Path | None) -> dict:
+    log_dir = tempfile.mkdtemp(prefix="smollm2-")
+    config = config_from_argv(["preset=smollm2", f"seed={seed}", f"log_dir={log_dir}", *overrides])
+    start = time.time()
+    trainer = Trainer(config, progress=False)
+    record: dict = {"seed": seed, "load": os.getloadavg()[0]}
+
+    def log(stage: str, result: dict) -> None:
+        record[stage] = {**result, "wall_s": time.time() - start, "step": trainer.step_index}
+        low, high = result["interval95"]
+        print(f"seed {seed} {stage:8} success {result['success']:.3f} [{low:.2f}, {high:.2f}] "
+              f"step {trainer.step_index:3d} wall {time.time() - start:6.0f} s (eval {result['seconds']:.0f} s) "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
+
+    log("base", evaluate(trainer, args.games))
+    trainer.warmup()
+    log("warmup", evaluate(trainer, args.games))
+    if not args.probe:
+        eval_every = args.eval_every or config.max_steps
+        while trainer.step_index < config.max_steps and time.time() - start < args.minutes * 60:
+            metrics = trainer.step()
+            print(f"seed {seed} step {trainer.step_index:3d} rollout success {metrics['sampler/success_rate']:.2f} "
+                  f"step {metrics['time/step']:.0f} s (sample {metrics['time/sample']:.0f}, train {metrics['time/train']:.0f}) "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+            if trainer.step_index % eval_every == 0 and trainer.step_index < config.max_steps:
+                log(f"step{trainer.step_index}", evaluate(trainer, args.games))
+        log("rl", evaluate(trainer, args.games))
+    record["wall_s"] = time.time() - start
+    record["load_end"] = os.getloadavg()[0]
+    trainer.close()
+    if out is not None:
+        folder = out / f"seed{seed}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("config.json", "metrics.jsonl", "warmup.jsonl"):
+            if (trainer.run_dir / name).exists():
+                shutil.copy(trainer.run_dir / name, folder / name)
+        (folder / "eval.json").write_text(json.dumps(record, indent=1))
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides on top of preset=smollm2")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--minutes", type=float, default=20.0, help="wall-time budget per seed, warm-up included")
+    parser.add_argument("--games", type=int, default=NUM_GAMES, help="games in the fixed evaluation set")
+    parser.add_argument("--eval-every", type=int, default=0, help="also evaluate every N RL steps (0: only at the end)")
+    parser.add_argument("--probe", action="store_true", help="base and warm-up evaluations only")
+    parser.add_argument("--out", type=Path, default=None, help="record the runs here (e.g. data/smollm2)")
+    args = parser.parse_args()
+    for seed in args.seeds:
+        run_seed(seed, args.overrides, args, args.out)
+
+
+if __name__ == "__main__":
+    main()
