@@ -57,7 +57,8 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
               f"step {trainer.step_index:3d} wall {time.time() - start:6.0f} s (eval {result['seconds']:.0f} s) "
               f"load {os.getloadavg()[0]:.1f}", flush=True)
 
-    log("base", evaluate(trainer, args.games))
+    if not args.no_base:  # the base is the same for every seed (LoRA's B starts at zero)
+        log("base", evaluate(trainer, args.games))
     trainer.warmup()
     log("warmup", evaluate(trainer, args.games))
     if not args.probe:
@@ -92,6 +93,7 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=NUM_GAMES, help="games in the fixed evaluation set")
     parser.add_argument("--eval-every", type=int, default=0, help="also evaluate every N RL steps (0: only at the end)")
     parser.add_argument("--probe", action="store_true", help="base and warm-up evaluations only")
+    parser.add_argument("--no-base", action="store_true", help="skip the base evaluation (the same for every seed)")
     parser.add_argument("--out", type=Path, default=None, help="record the runs here (e.g. data/smollm2)")
     args = parser.parse_args()
     for seed in args.seeds:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length
+from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length, worth_sharing
 
 
 def shared_scoring_length(inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor]) -> int:
@@ -29,6 +29,14 @@ def shared_scoring_length(inputs: Sequence[Sequence[int]], targets: Sequence[tor
     while length and not all(torch.equal(t[:length], first[:length]) for t in targets[1:]):
         length -= 1  # the targets of a shared input may still differ (e.g. the first action token)
     return length if length >= MIN_SHARED_TOKENS else 0
+
+
+def scored_lengths(model: Any, inputs: Sequence[Sequence[int]]) -> list[int]:
+    """Positions of each row that get logits of their own: all of them, or those after the prefix
+    that every row shares when ``model`` is large enough to share it (for sizing micro-batches)."""
+    shared = shared_prefix_length(inputs) if worth_sharing(model) and len(inputs) > 1 else 0
+    shared = shared if shared >= MIN_SHARED_TOKENS else 0
+    return [len(seq) - shared for seq in inputs]
 
 
 def target_logprobs_shared(
