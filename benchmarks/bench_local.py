@@ -111,12 +111,13 @@ class Report:
 
     def __init__(self, peak: float) -> None:
         self.peak = peak
-        print(f"{'what':58} {'wall s':>7} {'CPU s':>7} {'GFLOP':>7} {'% peak/CPU-s':>12} {'vs plain':>9}")
+        print(f"{'what':66} {'wall s':>7} {'CPU s':>7} {'GFLOP':>7} {'% peak/CPU-s':>12} {'speed-up (CPU s, wall)':>23}")
 
-    def row(self, what: str, wall: float, cpu: float, flops: float, plain_wall: float | None = None) -> None:
+    def row(self, what: str, wall: float, cpu: float, flops: float, baseline: tuple[float, float] | None = None) -> None:
+        """One line; ``baseline`` is the (wall, CPU) seconds this row is compared with."""
         efficiency = 100 * flops / (cpu * self.peak) if cpu > 0 else float("nan")
-        ratio = f"{plain_wall / wall:8.2f}x" if plain_wall else ""
-        print(f"{what:58} {wall:7.2f} {cpu:7.2f} {flops / 1e9:7.1f} {efficiency:11.0f}% {ratio:>9}", flush=True)
+        ratio = f"{baseline[1] / cpu:8.2f}x {baseline[0] / wall:8.2f}x" if baseline else ""
+        print(f"{what:66} {wall:7.2f} {cpu:7.2f} {flops / 1e9:7.1f} {efficiency:11.0f}% {ratio:>23}", flush=True)
 
 
 # ----- sampling -------------------------------------------------------------------------------
@@ -217,11 +218,11 @@ def bench_smollm2(report: Report, repeats: int, requests: int, max_tokens: int, 
         run_plain = plain_generate(plain_model, prompts, max_tokens, pad)
         local_flops = count_flops_on_workers(run_local)
         plain_flops = count_flops(run_plain)
-        plain_wall, plain_cpu = timed(repeats, run_plain)
-        wall, cpu = timed(repeats, run_local)
+        plain = timed(repeats, run_plain)
+        local = timed(repeats, run_local)
         what = f"sample {requests}x{max_tokens} tok, {label}"
-        report.row(f"{what}: plain generate", plain_wall, plain_cpu, plain_flops)
-        report.row(f"{what}: local", wall, cpu, local_flops, plain_wall)
+        report.row(f"{what}: plain generate", *plain, plain_flops)
+        report.row(f"{what}: local", *local, local_flops, plain)
     del plain_model
 
     prompt = tokenizer.encode(PROMPT)
@@ -233,12 +234,12 @@ def bench_smollm2(report: Report, repeats: int, requests: int, max_tokens: int, 
 
     plain = plain_peft_loop(SMOLLM2, data, rank=32)
     plain_flops = count_flops(plain)
-    plain_wall, plain_cpu = timed(repeats, plain)
+    plain_times = timed(repeats, plain)
     del plain
     flops = count_flops_on_workers(train)
-    wall, cpu = timed(repeats, train)
-    report.row(f"forward_backward+optim {rows}x{length} tok: plain PEFT loop", plain_wall, plain_cpu, plain_flops)
-    report.row(f"forward_backward+optim {rows}x{length} tok: local", wall, cpu, flops, plain_wall)
+    fp32_train = timed(repeats, train)
+    report.row(f"forward_backward+optim {rows}x{length} tok: plain PEFT loop", *plain_times, plain_flops)
+    report.row(f"forward_backward+optim {rows}x{length} tok: local", *fp32_train, flops, plain_times)
 
     # bfloat16: the same sampling and training, and the logprob difference it costs
     prompts = scenarios["turn 2 (shared preamble, own history)"]
@@ -253,8 +254,8 @@ def bench_smollm2(report: Report, repeats: int, requests: int, max_tokens: int, 
     finally:
         os.environ.pop(DTYPE_ENV)
     lp_fp32 = learner_logprobs(training, prompts, responses)
-    report.row(f"sample {requests}x{max_tokens} tok turn 2: local bfloat16 (vs float32)", *bf16_sample, local_flops, fp32_sample[0])
-    report.row(f"forward_backward+optim {rows}x{length} tok: local bfloat16 (vs fp32)", *bf16_train, flops, wall)
+    report.row(f"sample {requests}x{max_tokens} tok turn 2: local bfloat16 (vs local float32)", *bf16_sample, local_flops, fp32_sample)
+    report.row(f"forward_backward+optim {rows}x{length} tok: local bfloat16 (vs float32)", *bf16_train, flops, fp32_train)
     for label, learner in (("float32 learner", lp_fp32), ("bfloat16 learner", lp_bf16)):
         diffs = [abs(a - b) for s, l in zip(sampled, learner) for a, b in zip(s, l)]
         print(f"  bf16 sampler vs {label}: mean |logprob diff| {statistics.mean(diffs):.4f} nats, max {max(diffs):.3f}")

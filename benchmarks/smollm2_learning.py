@@ -3,6 +3,7 @@ after RL, per seed, with the run's config and metrics recorded (no checkpoints).
 
     python benchmarks/smollm2_learning.py --seeds 0 1 2 --minutes 20 --out data/smollm2
     python benchmarks/smollm2_learning.py --probe template=chat          # base and warm-up only
+    python benchmarks/smollm2_learning.py --report data/smollm2 --figure docs/figures/smollm2-learning.png
 
 Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it), the fixed evaluation
 set of ``gemlab.evaluate`` before anything, after ``Trainer.warmup()``, and after RL steps until
@@ -85,6 +86,48 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     return record
 
 
+def report(folder: Path, figure: Path | None) -> None:
+    """The result table over the recorded seeds (mean, 95% t-interval over seeds) and its figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from scipy import stats
+
+    records = [json.loads(f.read_text()) for f in sorted(folder.glob("seed*/eval.json"))]
+    stages = [s for s in ("base", "warmup", "rl") if any(s in r for r in records)]
+    print(f"{'stage':8} " + " ".join(f"seed {r['seed']:<6}" for r in records) + "   mean [95% CI over seeds]")
+    means, errors = [], []
+    for stage in stages:
+        values = np.array([r[stage]["success"] for r in records if stage in r])
+        mean = float(values.mean())
+        half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
+        means.append(mean)
+        errors.append(half)
+        cells = " ".join(f"{r[stage]['success']:<11.3f}" if stage in r else f"{'-':11}" for r in records)
+        print(f"{stage:8} {cells}   {mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]")
+    walls = [r["wall_s"] / 60 for r in records]
+    print(f"wall per seed: {', '.join(f'{w:.1f}' for w in walls)} min; load {[round(r['load'], 1) for r in records]}")
+    if figure is None:
+        return
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    left.bar(stages, means, yerr=errors, capsize=6, color=["#999", "#6a9fd4", "#2b7a3d"][: len(stages)])
+    for r in records:
+        left.plot([s for s in stages if s in r], [r[s]["success"] for s in stages if s in r], "k.", alpha=0.6)
+    left.set_ylim(0, 1)
+    left.set_ylabel(f"success on the fixed {len(records[0]['warmup']['wins'])} games")
+    left.set_title("SmolLM2-135M: base, after SFT warm-up, after RL\n(mean of seeds, 95% CI; dots: seeds)")
+    for r in records:
+        rows = [json.loads(line) for line in (folder / f"seed{r['seed']}" / "metrics.jsonl").read_text().splitlines() if line]
+        right.plot([row["step"] for row in rows], [row["sampler/success_rate"] for row in rows], marker="o", label=f"seed {r['seed']}")
+    right.set_xlabel("RL step")
+    right.set_ylabel("rollout success")
+    right.set_title("training rollouts")
+    right.legend()
+    fig.tight_layout()
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(figure, dpi=120)
+    print(f"wrote {figure}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value config overrides on top of preset=smollm2")
@@ -95,7 +138,12 @@ def main() -> None:
     parser.add_argument("--probe", action="store_true", help="base and warm-up evaluations only")
     parser.add_argument("--no-base", action="store_true", help="skip the base evaluation (the same for every seed)")
     parser.add_argument("--out", type=Path, default=None, help="record the runs here (e.g. data/smollm2)")
+    parser.add_argument("--report", type=Path, default=None, help="print the table of the runs recorded here and stop")
+    parser.add_argument("--figure", type=Path, default=None, help="with --report: write the figure here")
     args = parser.parse_args()
+    if args.report is not None:
+        report(args.report, args.figure)
+        return
     for seed in args.seeds:
         run_seed(seed, args.overrides, args, args.out)
 
