@@ -10,7 +10,7 @@ measured in one run: sampling, forward_backward, the bfloat16 mode, and the tiny
   ``torch.utils.flop_counter.FlopCounterMode`` on the thread that does the work (matmuls and
   attention, LoRA included).
 - **plain library**: ``transformers`` ``generate`` (sampling) and a plain PEFT loop
-  (forward_backward + AdamW; micro-batches of 4 sequences, as 16 at once do not fit in memory)
+  (forward_backward + AdamW; micro-batches of 2 sequences, as 16 at once do not fit in memory)
   on the same weights, LoRA rank and thread count, in this process.
 - **bfloat16**: ``GEMLAB_DTYPE=bfloat16`` for the same work, and the logprob difference it costs:
   bf16 sampler vs float32 learner (what switching costs) and bf16 sampler vs bf16 learner (what
@@ -173,7 +173,7 @@ def training_data(prompt: list[int], rows: int, length: int, vocab: int) -> list
     return data
 
 
-def plain_peft_loop(name: str, data: list[types.Datum], rank: int, micro: int = 4) -> Callable[[], Any]:
+def plain_peft_loop(name: str, data: list[types.Datum], rank: int, micro: int = 2) -> Callable[[], Any]:
     """The same update written directly on PEFT: importance-sampling loss, backward, AdamW."""
     from peft import LoraConfig, get_peft_model
 
@@ -199,7 +199,10 @@ def plain_peft_loop(name: str, data: list[types.Datum], rank: int, micro: int = 
 
 
 # ----- the benchmark --------------------------------------------------------------------------
-def bench_smollm2(report: Report, repeats: int, requests: int, max_tokens: int, rows: int, length: int) -> None:
+def bench_smollm2(
+    report: Report, repeats: int, requests: int, max_tokens: int, rows: int, length: int, parts: list[str]
+) -> None:
+    """Sampling against ``generate``; training (and bfloat16) against a plain PEFT loop."""
     service = LocalServiceClient(root=tempfile.mkdtemp(prefix="gemlab-bench-"))
     training = service.create_lora_training_client(base_model=SMOLLM2, rank=32, seed=0).result()
     sampler = training.save_weights_and_get_sampling_client().result()
@@ -207,13 +210,13 @@ def bench_smollm2(report: Report, repeats: int, requests: int, max_tokens: int, 
     threads = training._model.cpu_threads
     torch.set_num_threads(threads)
     print(f"\n{SMOLLM2}: {threads} torch thread(s) per worker; plain library on {threads} thread(s) too")
-    plain_model = build_model(SMOLLM2).eval()
+    plain_model = build_model(SMOLLM2).eval() if "sampling" in parts else None
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scenarios = {
         "turn 1 (same prompt)": [tokenizer.encode(PROMPT)] * requests,
         "turn 2 (shared preamble, own history)": [tokenizer.encode(turn_two_prompt(i)) for i in range(requests)],
     }
-    for label, prompts in scenarios.items():
+    for label, prompts in scenarios.items() if "sampling" in parts else ():
         run_local = local_sampling(sampler, prompts, max_tokens)
         run_plain = plain_generate(plain_model, prompts, max_tokens, pad)
         local_flops = count_flops_on_workers(run_local)
@@ -224,7 +227,8 @@ def bench_smollm2(report: Report, repeats: int, requests: int, max_tokens: int, 
         report.row(f"{what}: plain generate", *plain, plain_flops)
         report.row(f"{what}: local", *local, local_flops, plain)
     del plain_model
-
+    if "training" not in parts:
+        return
     prompt = tokenizer.encode(PROMPT)
     data = training_data(prompt, rows, length, len(tokenizer))
 
@@ -243,6 +247,7 @@ def bench_smollm2(report: Report, repeats: int, requests: int, max_tokens: int, 
 
     # bfloat16: the same sampling and training, and the logprob difference it costs
     prompts = scenarios["turn 2 (shared preamble, own history)"]
+    local_flops = count_flops_on_workers(local_sampling(sampler, prompts, max_tokens))
     fp32_sample = timed(repeats, local_sampling(sampler, prompts, max_tokens))
     os.environ[DTYPE_ENV] = "bfloat16"
     try:
@@ -307,19 +312,21 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=300)
     parser.add_argument("--tiny-steps", type=int, default=10)
     parser.add_argument("--skip-smollm2", action="store_true")
+    parser.add_argument("--parts", nargs="+", default=["sampling", "training"], choices=["sampling", "training"],
+                        help="SmolLM2 parts to run (training includes bfloat16)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible, load {os.getloadavg()}")
     peak = peak_flops_per_core()
     print(f"limit: {peak / 1e9:.0f} GFLOP per CPU-second float32 (2048^3 torch.mm, 1 thread); "
           f"bfloat16 {peak_flops_per_core(torch.bfloat16) / 1e9:.0f}")
     report = Report(peak)
-    if not args.skip_smollm2:
+    if not args.skip_smollm2 and args.parts:
         try:
             model_source(SMOLLM2)
         except FileNotFoundError as exc:
             print(f"{SMOLLM2} skipped: {exc}")
         else:
-            bench_smollm2(report, args.repeats, args.requests, args.max_tokens, args.rows, args.length)
+            bench_smollm2(report, args.repeats, args.requests, args.max_tokens, args.rows, args.length, args.parts)
     bench_tiny_step(report, args.tiny_steps)
     print(f"load {os.getloadavg()}")
 
