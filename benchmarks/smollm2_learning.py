@@ -109,12 +109,12 @@ def report(folder: Path, figure: Path | None) -> None:
     if figure is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    left.bar(stages, means, yerr=errors, capsize=6, color=["#999", "#6a9fd4", "#2b7a3d"][: len(stages)])
+    left.bar(stages, means, yerr=None if len(records) < 2 else errors, capsize=6, color=["#999", "#6a9fd4", "#2b7a3d"][: len(stages)])
     for r in records:
         left.plot([s for s in stages if s in r], [r[s]["success"] for s in stages if s in r], "k.", alpha=0.6)
     left.set_ylim(0, 1)
     left.set_ylabel(f"success on the fixed {len(records[0]['warmup']['wins'])} games")
-    left.set_title("SmolLM2-135M: base, after SFT warm-up, after RL\n(mean of seeds, 95% CI; dots: seeds)")
+    left.set_title(f"SmolLM2-135M: base, SFT warm-up, RL\n(mean of {len(records)} seed(s); 95% CI over seeds when 2+)")
     for r in records:
         rows = [json.loads(line) for line in (folder / f"seed{r['seed']}" / "metrics.jsonl").read_text().splitlines() if line]
         right.plot([row["step"] for row in rows], [row["sampler/success_rate"] for row in rows], marker="o", label=f"seed {r['seed']}")
