@@ -258,11 +258,27 @@ LAPTOP: dict[str, Any] = dict(
     max_steps=100,  # about 2 minutes on a 2-core laptop
 )
 
-PRESETS: dict[str, dict[str, Any]] = {"gem": {}, "laptop": LAPTOP}
+PRESETS: dict[str, dict[str, Any]] = {
+    "gem": {},
+    "laptop": LAPTOP,
+    # SmolLM2-135M-Instruct: an SFT warm-up into the learnable band, then GEM's REINFORCE + ReBN
+    # (benchmarks/smollm2_learning.py measures it; docs/smollm2.md has the results)
+    "smollm2": dict(
+        LAPTOP,
+        model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+        learning_rate=3e-4,
+        max_tokens=16,
+        batch_size=32,
+        num_env=16,
+        warmup_steps=4,
+        warmup_learning_rate=1e-3,
+        max_steps=20,
+    ),
+}
 
 
 def make_config(preset: str = "gem", **overrides: Any) -> Config:
-    """A ``Config`` from a named preset (``gem`` or ``laptop``) with keyword overrides."""
+    """A ``Config`` from a named preset (``gem``, ``laptop`` or ``smollm2``) with keyword overrides."""
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}. Known presets: {', '.join(PRESETS)}")
     for key in overrides:
@@ -387,10 +403,11 @@ def config_from_argv(argv: list[str]) -> Config:
 def help_text() -> str:
     """What ``python -m gemlab.train --help`` prints: usage, presets, every key with its default."""
     lines = [
-        "usage: python -m gemlab.train [preset=gem|laptop | config=RUN/config.json] [key=value ...]",
+        f"usage: python -m gemlab.train [preset={'|'.join(PRESETS)} | config=RUN/config.json] [key=value ...]",
         "",
         "Trains GEM's REINFORCE + ReBN loop; writes <log_dir>/<run_name>/ and resumes a run found there.",
-        f"presets: gem (GEM's defaults), laptop ({', '.join(f'{k}={v}' for k, v in LAPTOP.items())})",
+        f"presets: gem (GEM's defaults), laptop ({', '.join(f'{k}={v}' for k, v in LAPTOP.items())}), "
+        "smollm2 (laptop on SmolLM2-135M-Instruct with an SFT warm-up)",
         "",
         "keys (default):",
     ]

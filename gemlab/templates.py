@@ -7,6 +7,7 @@ tokenizer's own chat template instead, so any chat model gets the prompt format 
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -69,7 +70,15 @@ class Template:
 
     def render(self, observation: str, tokenizer: Tokenizer) -> list[int]:
         """The prompt as token ids, ready for ``ModelInput.from_ints``."""
-        return list(tokenizer.encode(self.render_text(observation, tokenizer), add_special_tokens=False))
+        return list(_encode(tokenizer, self.render_text(observation, tokenizer)))
+
+
+@functools.lru_cache(maxsize=8192)
+def _encode(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
+    """Token ids of a prompt, remembered: every env's first observation is the same, and a game's
+    histories recur from step to step, so most prompts were encoded before (the tokenizer runs on
+    the event loop, where the sampler waits for it)."""
+    return tuple(tokenizer.encode(text, add_special_tokens=False))
 
 
 TEMPLATES: dict[str, Template] = {

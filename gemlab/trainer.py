@@ -172,6 +172,7 @@ class Trainer:
         self.step_index = 0
         self.history: list[dict[str, float]] = []
         self.last_batch: RolloutBatch | None = None
+        self._warmed_up = False
         self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self._stop_requested = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
@@ -234,7 +235,7 @@ class Trainer:
         self._check_usable()
         step = self.step_index
         try:
-            if step == 0 and self.config.warmup_steps > 0 and not self.history:
+            if step == 0 and self.config.warmup_steps > 0 and not self.history and not self._warmed_up:
                 await self._warmup()
             start = time.time()
             batch, timeline = await self.sampler.batch_for(step)  # 1-2. snapshot the weights, play the envs
@@ -337,7 +338,15 @@ class Trainer:
                 f"create a new Trainer for {self.run_dir} to resume from its last checkpoint"
             )
 
+    def warmup(self) -> None:
+        """Run the SFT warm-up now (e.g. to evaluate the model after it) instead of at the first step."""
+        self._check_usable()
+        if self.history or self._warmed_up:
+            raise RuntimeError("the warm-up runs once, before the first step; this run is past it")
+        self._loop.run(self._warmup())
+
     async def _warmup(self) -> None:
+        self._warmed_up = True
         losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=self.progress)
         self.folder.log_warmup(losses)
 

@@ -34,3 +34,10 @@ def test_presets_and_argv():
     with pytest.raises(ValueError, match="Unknown preset 'big'"):
         config_from_argv(["preset=big"])
     assert chz.asdict(c)["seed"] == 3
+
+
+def test_smollm2_preset_validates():
+    config = make_config("smollm2")
+    assert config.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct" and config.backend == "local"
+    assert config.warmup_steps > 0  # SmolLM2 never writes \\boxed{} at base: RL alone sees no reward
+    assert config_from_argv(["preset=smollm2", "seed=2"]).seed == 2

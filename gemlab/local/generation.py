@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from gemlab.local.futures import SAMPLING, Worker, get_worker, on_a_worker_thread
+from gemlab.local.prefill import prefill, worth_sharing
 
 # Rows generated together at most (bounds the KV cache of big models).
 MAX_ROWS = 64
@@ -100,19 +101,11 @@ def _hit_stop_string(row: Row, tokens: list[int], decode: Callable[[list[int]], 
 
 @torch.inference_mode()
 def generate(model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[list[int]], str]) -> list[RowResult]:
-    """Sample every row to its end in one batch with a KV cache."""
+    """Sample every row to its end in one batch with a KV cache (the prompts' shared prefix
+    computed once, see ``prefill.py``)."""
     device = model.device
-    width = max(len(r.prompt) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row.prompt) :] = torch.as_tensor(row.prompt, dtype=torch.long)
-        mask[i, width - len(row.prompt) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache, logits = out.past_key_values, out.logits[:, -1].float()
-    next_position = positions[:, -1] + 1
+    prompts = [row.prompt for row in rows]
+    cache, logits, mask, next_position = prefill(model, prompts, pad_id, share=worth_sharing(model))
     results = [RowResult() for _ in rows]
     live = list(range(len(rows)))  # batch row -> index into rows
     while True:

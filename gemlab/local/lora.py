@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
+from gemlab.local import precision
 from gemlab.local.models import LoadedModel
 
 LORA_ALPHA = 32
@@ -157,9 +158,15 @@ def load_state_dict(lm: LoadedModel, name: str, state: dict[str, torch.Tensor]) 
 
 @contextlib.contextmanager
 def active(lm: LoadedModel, name: str | None) -> Iterator[Any]:
-    """Run the base model with adapter ``name`` switched in (``None``: no adapter); yields the
-    Hugging Face model to call."""
+    """Run the base model with adapter ``name`` switched in (``None``: no adapter), in the
+    dtype ``precision.py`` chooses; yields the Hugging Face model to call."""
     lm.use_threads()
+    with precision.autocast(lm.device), _switched(lm, name) as model:
+        yield model
+
+
+@contextlib.contextmanager
+def _switched(lm: LoadedModel, name: str | None) -> Iterator[Any]:
     if lm.peft is None:
         if name is not None:
             raise RuntimeError(f"Adapter {name!r} does not exist")

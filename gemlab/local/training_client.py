@@ -25,6 +25,7 @@ from gemlab.local import checkpoints, lora
 from gemlab.local.futures import SAMPLING, ClientFuture, client_future, get_worker, run_in_order, then
 from gemlab.local.losses import loss_spec, resolve_config
 from gemlab.local.models import LoadedModel, load_model
+from gemlab.local.prefix_scoring import scored_lengths
 from gemlab.local.sampling_client import LocalSamplingClient, release_adapter
 from gemlab.local.scoring import micro_batches, target_logprobs
 
@@ -397,7 +398,8 @@ class LocalTrainingClient(TrainingClient):
 
     def _logprobs(self, model: Any, batch: _Batch) -> Any:
         """``(indices, logprobs)`` per micro-batch; the caller finishes each before the next."""
-        for group in micro_batches([len(t) for t in batch.inputs], self._model.vocab_size):
+        lengths = scored_lengths(model, batch.inputs)  # a shared prefix makes no logits per row
+        for group in micro_batches(lengths, self._model.vocab_size):
             inputs = [batch.inputs[i] for i in group]
             targets = [batch.tensors[i]["target_tokens"] for i in group]
             yield group, target_logprobs(model, inputs, targets, self._model.pad_token_id)

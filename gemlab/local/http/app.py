@@ -26,7 +26,7 @@ from gemlab.local.http import paths, wire
 from gemlab.local.http.errors import error_body, install, status_and_message
 from gemlab.local.http.guard import Guard
 from gemlab.local.http.keys import KeyRing
-from gemlab.local.http.registry import Busy, NotFound, Registry, Sampler, Session
+from gemlab.local.http.registry import NotFound, Registry, Sampler, Session
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 API = "/api/v1"

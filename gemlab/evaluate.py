@@ -1,0 +1,86 @@
+"""Success on a fixed evaluation set: the same games (or problems) before and after training.
+
+Game ``i`` of the set is the env reset with seed ``EVAL_SEED + i``, whatever the run's own seed, so
+a base model, a warmed-up one and a trained one all face the same secret numbers or questions;
+each turn's sampling seed is fixed too, so evaluating the same weights twice gives the same
+result. Independent of the Trainer's rollouts: it plays whole episodes with ``collect_episode``
+on any sampling client, concurrently (the local backend batches them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemlab.envs import make_envs
+from gemlab.episodes import collect_episode
+from gemlab.seeds import derive_seed
+from gemlab.templates import Template
+
+EVAL_SEED = 10_000  # far from the small seeds training runs use
+NUM_GAMES = 64
+
+
+@dataclass
+class EvalResult:
+    """Per-game outcomes of one evaluation."""
+
+    wins: list[bool]
+    returns: list[float]
+    num_turns: list[int] = field(default_factory=list)
+
+    @property
+    def success(self) -> float:
+        """Fraction of games won."""
+        return sum(self.wins) / len(self.wins)
+
+    def interval95(self) -> tuple[float, float]:
+        """Wilson 95% interval of the success rate over these games."""
+        n, p, z = len(self.wins), self.success, 1.959964
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return centre - half, centre + half
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"success": self.success, "interval95": list(self.interval95()), "wins": self.wins, "returns": self.returns, "num_turns": self.num_turns}
+
+
+def reset_seeds(num_games: int = NUM_GAMES) -> list[int]:
+    """The env reset seed of each game of the evaluation set."""
+    return [EVAL_SEED + i for i in range(num_games)]
+
+
+async def evaluate_async(
+    sampling_client: Any,
+    tokenizer: Any,
+    *,
+    env_id: str,
+    template: Template,
+    max_tokens: int,
+    num_games: int = NUM_GAMES,
+    temperature: float = 1.0,
+    env_wrappers: str = "concat",
+) -> EvalResult:
+    """Play the ``num_games`` games of the fixed set once each with ``sampling_client``."""
+    envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers=env_wrappers, tokenizer=tokenizer)
+    episodes = await asyncio.gather(
+        *(
+            collect_episode(
+                sampling_client,
+                env,
+                tokenizer=tokenizer,
+                template=template,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=derive_seed(EVAL_SEED, index),
+                env_index=index,
+                reset_seed=reset_seed,
+            )
+            for index, (env, reset_seed) in enumerate(zip(envs, reset_seeds(num_games)))
+        )
+    )
+    return EvalResult(
+        wins=[e.won for e in episodes], returns=[e.total_reward for e in episodes], num_turns=[e.num_turns for e in episodes]
+    )

@@ -1,0 +1,82 @@
+"""A causal LM in the Hugging Face cache loads by its own name, offline, with its own tokenizer and
+chat template; a name that is not cached maps to the tiny stand-in with one warning line."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from tinker import types
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from gemlab.local import LocalServiceClient
+from gemlab.local.hf_models import cached_snapshot
+from gemlab.local.models import TINY_CHAT, resolve_model_name
+from gemlab.local.tiny import load_tiny_tokenizer
+from tests.local.helpers import rl_datum
+
+NAME = "acme/mini-chat"
+MARKER_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
+
+
+def _save_into_hub_cache(cache, name: str) -> None:
+    """A tiny Llama and its tokenizer in the hub cache layout: refs/main names the snapshot."""
+    commit = "0" * 40
+    repo = cache / f"models--{name.replace('/', '--')}"
+    snapshot = repo / "snapshots" / commit
+    tokenizer = load_tiny_tokenizer()
+    tokenizer.chat_template = MARKER_TEMPLATE
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+    )
+    LlamaForCausalLM(config).save_pretrained(snapshot)
+    tokenizer.save_pretrained(snapshot)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "hub"
+    _save_into_hub_cache(cache, NAME)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def test_cached_model_loads_by_name_with_its_own_tokenizer(hub_cache, tmp_path):
+    assert resolve_model_name(NAME) == NAME
+    service = LocalServiceClient(device="cpu", root=tmp_path / "ckpt")
+    training = service.create_lora_training_client(base_model=NAME, rank=4, seed=0).result()
+    tokenizer = training.get_tokenizer()
+    assert tokenizer.chat_template == MARKER_TEMPLATE
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert text == "[user] hi\n[assistant] "
+    assert training._model.model.config.hidden_size == 32  # the cached model, not the tiny preset (64 wide)
+    prompt = tokenizer.encode(text)
+    sampling = training.save_weights_and_get_sampling_client().result()
+    response = sampling.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4, seed=1)).result()
+    assert [len(s.tokens) for s in response.sequences] == [4, 4] or all(s.stop_reason == "stop" for s in response.sequences)
+    data = [rl_datum(prompt, s.tokens, s.logprobs, 1.0) for s in response.sequences]
+    out = training.forward_backward(data, "importance_sampling").result()
+    assert torch.isfinite(torch.tensor(out.metrics["loss:sum"]))
+
+
+def test_absent_name_maps_to_the_stand_in_with_one_line(hub_cache, caplog):
+    with caplog.at_level(logging.WARNING, logger="gemlab.local"):
+        assert resolve_model_name("acme/not-downloaded") == TINY_CHAT
+    lines = [r.getMessage() for r in caplog.records if "acme/not-downloaded" in r.getMessage()]
+    assert len(lines) == 1 and "not available locally" in lines[0] and "\n" not in lines[0]
+
+
+def test_partial_snapshot_without_weights_is_absent(hub_cache):
+    repo = hub_cache / "models--acme--config-only"
+    (repo / "snapshots" / "1").mkdir(parents=True)
+    (repo / "snapshots" / "1" / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("1")
+    assert cached_snapshot("acme/config-only") is None
+    assert cached_snapshot(NAME) is not None

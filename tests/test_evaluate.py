@@ -1,0 +1,41 @@
+"""The evaluation set is fixed: the same games whatever the run, and the same result for the same weights."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gemlab.envs import make_envs
+from gemlab.evaluate import evaluate_async, reset_seeds
+from gemlab.local import TINY, LocalServiceClient
+from gemlab.templates import get_template
+
+ENV = "game:GuessTheNumber-v0-easy"
+
+
+def _secrets(seed: int) -> list[int]:
+    envs = make_envs(ENV, 6, seed=seed)
+    for env, reset_seed in zip(envs, reset_seeds(6)):
+        env.reset(seed=reset_seed)
+    return [env.unwrapped.game_number for env in envs]
+
+
+def test_the_games_do_not_depend_on_the_run_seed():
+    first = _secrets(0)
+    assert first == _secrets(7)  # another run's envs, the same games
+    assert len(set(first)) > 1  # and not one game six times
+
+
+def test_same_weights_same_result(tmp_path):
+    service = LocalServiceClient(device="cpu", root=tmp_path)
+    training = service.create_lora_training_client(base_model=TINY, rank=4, seed=0).result()
+    sampler = training.save_weights_and_get_sampling_client().result()
+
+    def run():
+        return asyncio.run(
+            evaluate_async(sampler, training.get_tokenizer(), env_id=ENV, template=get_template("qwen3_game"), max_tokens=8, num_games=8)
+        )
+
+    first, second = run(), run()
+    assert first.wins == second.wins and first.returns == second.returns and len(first.wins) == 8
+    low, high = first.interval95()
+    assert 0 <= low <= first.success <= high <= 1
