@@ -19,9 +19,7 @@ before and after. ``--plot-dir`` writes ``async-reward-vs-wall-clock.png`` and
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +27,8 @@ from pathlib import Path
 import chz
 import numpy as np
 
-from gemlab.config import CONFIG_FILE, Config, config_from_argv
-from gemlab.run_folder import METRICS_FILE, read_run
+from gemlab.config import Config, config_from_argv
+from gemlab.run_folder import export_run, read_run
 from gemlab.trainer import Trainer
 
 TARGET, LOWER, WINDOW, FINAL = 0.9, 0.8, 5, 10  # LOWER: a second threshold, for runs that stop short of 0.9
@@ -59,11 +57,7 @@ def run_one(base: Config, seed: int, staleness: int, log_dir: str, save_to: Path
     finally:
         trainer.close()
     if save_to is not None:
-        target = save_to / name
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        shutil.copy(trainer.run_dir / METRICS_FILE, target / METRICS_FILE)
-        (target / CONFIG_FILE).write_text(json.dumps(chz.asdict(config), indent=2))
+        export_run(trainer.run_dir, save_to / name, config=config)
     return summarize(history)
 
 

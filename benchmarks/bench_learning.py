@@ -18,9 +18,7 @@ load (``GEMLAB_THREADS`` pins the thread count; the default here is 2).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +26,8 @@ from pathlib import Path
 import chz
 import numpy as np
 
-from gemlab.config import CONFIG_FILE, Config, config_from_argv
-from gemlab.run_folder import METRICS_FILE
+from gemlab.config import Config, config_from_argv
+from gemlab.run_folder import export_run
 from gemlab.trainer import Trainer
 
 WINDOW = 10
@@ -48,12 +46,8 @@ def run_one(base: Config, seed: int, normalization: str, log_dir: str, save_to: 
         trainer.close()
     wall = time.time() - start
     if save_to is not None:
-        target = save_to / name
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        shutil.copy(trainer.run_dir / METRICS_FILE, target / METRICS_FILE)
         saved = chz.replace(config, log_dir=os.path.relpath(save_to.resolve(), Path.cwd()))
-        (target / CONFIG_FILE).write_text(json.dumps(chz.asdict(saved), indent=2))
+        export_run(trainer.run_dir, save_to / name, config=saved)
     success = [row["sampler/success_rate"] for row in history]
     return {"first": float(np.mean(success[:WINDOW])), "last": float(np.mean(success[-WINDOW:])), "wall": wall}
 

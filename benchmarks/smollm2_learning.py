@@ -24,6 +24,7 @@ from pathlib import Path
 
 from gemlab.config import config_from_argv
 from gemlab.evaluate import NUM_GAMES, evaluate_async
+from gemlab.run_folder import export_run
 from gemlab.trainer import Trainer
 
 
@@ -75,12 +76,7 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     record["load_end"] = os.getloadavg()[0]
     trainer.close()
     if out is not None:
-        folder = out / f"seed{seed}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ("config.json", "metrics.jsonl", "warmup.jsonl"):
-            if (trainer.run_dir / name).exists():
-                shutil.copy(trainer.run_dir / name, folder / name)
-        (folder / "eval.json").write_text(json.dumps(record, indent=1))
+        export_run(trainer.run_dir, out / f"seed{seed}", extra={"eval.json": json.dumps(record, indent=1)})
     shutil.rmtree(log_dir, ignore_errors=True)
     return record
 

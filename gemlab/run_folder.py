@@ -521,6 +521,29 @@ class RunFolder:
             staging.unlink(missing_ok=True)
 
 
+def export_run(run_dir: Path, target: Path, *, config: Config | None = None, extra: dict[str, str] | None = None) -> None:
+    """Keep a finished run's record (config, metrics, warm-up; no checkpoints) in ``target``, e.g.
+    ``data/runs/<name>``, for figures and tables. Under ``target``'s lock, written by
+    write-then-rename; ``config`` replaces the saved config (say, with ``log_dir`` pointing at
+    ``target``'s parent), ``extra`` adds files by name. ``target`` may be new or an earlier export;
+    a folder holding anything else is refused, and nothing is ever deleted."""
+    target.mkdir(parents=True, exist_ok=True)
+    allowed = {CONFIG_FILE, METRICS_FILE, WARMUP_FILE, LOCK_FILE, *(extra or {})}
+    foreign = sorted(p.name for p in target.iterdir() if p.name not in allowed and not p.name.startswith("."))
+    if foreign:
+        raise RunFolderError(f"{target} holds files that are not a saved run's ({', '.join(foreign[:3])}); choose another folder")
+    lock = RunLock(target)
+    lock.acquire()
+    try:
+        texts = {name: (run_dir / name).read_text() for name in (CONFIG_FILE, METRICS_FILE, WARMUP_FILE) if (run_dir / name).exists()}
+        if config is not None:
+            texts[CONFIG_FILE] = json.dumps(chz.asdict(config), indent=2)
+        for name, text in {**texts, **(extra or {})}.items():
+            atomic_write_text(target / name, text)
+    finally:
+        lock.release()
+
+
 def _valid_line(line: dict[str, Any]) -> bool:
     """An index line a resume can use: a positive integer step and a state path."""
     step = line.get("step")

@@ -27,6 +27,7 @@ from gemlab.run_folder import (
     RECORDS_DIR,
     RunFolder,
     RunFolderError,
+    export_run,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -408,3 +409,20 @@ def test_two_study_runners_on_one_folder_delete_nothing(tmp_path: Path) -> None:
     for run in runs:
         steps = [json.loads(line)["step"] for line in (run / METRICS_FILE).read_text().splitlines()]
         assert steps == [0, 1, 2], run
+
+
+def test_export_run_keeps_the_record_and_refuses_a_folder_of_someone_elses(tmp_path: Path) -> None:
+    """Benchmarks keep finished runs in data/ through ``export_run``: config and metrics only, under
+    the target's lock; a target holding other files is refused and left byte for byte as it was."""
+    run = _write_run(tmp_path / "runs")
+    target = tmp_path / "data" / "kept"
+    export_run(run, target, extra={"eval.json": "{}"})
+    assert sorted(p.name for p in target.iterdir() if not p.name.startswith(".")) == ["config.json", "eval.json", "metrics.jsonl"]
+    assert (target / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+    export_run(run, target, extra={"eval.json": "{}"})  # an earlier export is replaced, not refused
+    mine = tmp_path / "data" / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    with pytest.raises(RunFolderError, match="notes.txt"):
+        export_run(run, mine)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
