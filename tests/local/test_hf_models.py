@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from gemlab.local import LocalServiceClient
 from gemlab.local.hf_models import cached_snapshot
 from gemlab.local.models import TINY_CHAT, resolve_model_name
-from gemlab.local.tiny import load_tiny_tokenizer
+from gemlab.tiny.model import load_tiny_tokenizer
 from tests.local.helpers import rl_datum
 
 NAME = "acme/mini-chat"

@@ -40,7 +40,7 @@ def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
 def test_training_with_a_shared_prefix_gives_the_plain_loss_and_gradient(monkeypatch):
     """Logprobs and LoRA-free gradients of the shared-prefix pass equal the plain pass (1e-5)."""
     from gemlab.local import scoring
-    from gemlab.local.tiny import build_tiny_model
+    from gemlab.tiny.model import build_tiny_model
 
     model = build_tiny_model(seed=0, pretrained=True)
     prefix = list(range(10, 10 + MIN_SHARED_TOKENS + 4))
