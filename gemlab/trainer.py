@@ -244,6 +244,12 @@ class Trainer:
             await self._save_checkpoint()
         return metrics
 
+    def run_on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the Trainer's own event loop, where its clients live (e.g. an
+        evaluation that samples with ``training_client``'s current weights)."""
+        self._check_usable()
+        return self._loop.run(coroutine)
+
     # ----- end to end ---------------------------------------------------------------------
     def run(self, max_steps: int | None = None) -> list[dict[str, float]]:
         """Train until ``max_steps`` (default: the config's) or ``request_stop()``, then save a checkpoint."""
