@@ -154,7 +154,8 @@ def paired_power(n: int, effect: float, sd: float, *, alpha: float = 0.05) -> fl
     df = n - 1
     critical = stats.t.ppf(1 - alpha / 2, df)
     shift = abs(effect) / sd * np.sqrt(n)
-    return float(stats.nct.sf(critical, df, shift) + stats.nct.cdf(-critical, df, shift))
+    wrong_side = np.nan_to_num(stats.nct.cdf(-critical, df, shift), nan=0.0)  # scipy gives NaN far in this tail
+    return float(stats.nct.sf(critical, df, shift) + wrong_side)
 
 
 def seeds_needed(effect: float, sd: float, *, alpha: float = 0.05, power: float = 0.8, most: int = 10_000) -> int | None:
