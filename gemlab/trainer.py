@@ -171,7 +171,7 @@ class Trainer:
         self.folder.save_config(config, changes, self.step_index)
         players = Players(config, self.envs, self.tokenizer, self.template, progress)
         if config.max_staleness > 0:
-            self.sampler: InlineSampler | AheadSampler = AheadSampler(self.training_client, players, self._clock, config.max_staleness)
+            self.sampler: InlineSampler | AheadSampler = AheadSampler(self.training_client, players, self._clock, config.max_staleness, config.stale_batches)
         else:
             self.sampler = InlineSampler(self.training_client, players, self._clock)
 
