@@ -30,11 +30,11 @@ import pandas as pd
 
 from gemlab.config import Config, check_key, parse_value
 from gemlab.plots import save_figure
-from gemlab.studies.definitions import ENVIRONMENTS, STEPS, STUDIES, study_runs
+from gemlab.studies.definitions import ENVIRONMENTS, STEPS, STUDIES, TUNING_SEEDS, study_runs
 from gemlab.studies.figures import FIGURES, aggregate_table, best_learning_rates, contrast_table, outcome_table
 from gemlab.studies.runner import estimate_seconds, format_duration, read_timings, run_studies
 
-REFERENCES = (Path("data/figures"),)
+REFERENCES = tuple(Path("data/figures") / study for study in ("gamma", "algorithms"))  # recorded step times
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -53,7 +53,8 @@ def parse_overrides(pairs: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", choices=STUDIES, action="append", help="a study to run (repeatable; default: all, in order)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds per arm (default: the study's, 10 for gamma and algorithms)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds per arm of gamma and algorithms (default 0-9)")
+    parser.add_argument("--tuning-seeds", type=int, nargs="+", help=f"seeds of the learning-rate sweep (default {list(TUNING_SEEDS)}; keep them apart from --seeds)")
     parser.add_argument("--steps", type=int, help=f"steps per run (default per study: {STEPS})")
     parser.add_argument("--env", action="append", choices=list(ENVIRONMENTS), help="environments of tuning/algorithms (default: all)")
     parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations on the fixed set (default 10)")
@@ -81,13 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.width", 200)
     schedule = {k: v for k, v in (("eval_every", args.eval_every), ("eval_games", args.eval_games)) if v is not None}
     for study in args.study or STUDIES:
-        options = dict(steps=args.steps, seeds=args.seeds, **schedule)
+        options = dict(steps=args.steps, seeds=args.tuning_seeds if study == "tuning" else args.seeds, **schedule)
         if study != "gamma":
             options["environments"] = args.env
         if study == "algorithms":
             try:
                 options["learning_rates"] = best_learning_rates(Path(args.root) / "tuning")
             except FileNotFoundError as error:
+                if args.estimate_only:
+                    print(f"{study}: no estimate yet ({error})")
+                    continue
                 print(f"reproduce_gem: {error}", file=sys.stderr)
                 return 2
         try:
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             print(f"reproduce_gem: {error}", file=sys.stderr)
             return 2
-        seconds, unknown = estimate_seconds(runs, (Path(args.root) / study, *(r / study for r in REFERENCES)), jobs=max(args.jobs, args.concurrency))
+        seconds, unknown = estimate_seconds(runs, (Path(args.root) / study, *REFERENCES), jobs=max(args.jobs, args.concurrency))
         note = f" (no recorded step time for {', '.join(unknown)}: left out)" if unknown else ""
         print(f"{study}: {len(runs)} runs; the remaining steps should take about {format_duration(seconds)} with {max(args.jobs, args.concurrency)} job(s){note}")
         if args.estimate_only:

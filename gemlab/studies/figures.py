@@ -214,6 +214,10 @@ def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: 
     return drawn
 
 
+def _frames(groups: dict[str, list[Any]]) -> dict[str, list[pd.DataFrame]]:
+    return {arm: [run.metrics for run in runs] for arm, runs in groups.items()}
+
+
 def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     """Training success rate and turns per won episode per gamma (mean and 95% interval over
     seeds), with the exact turns of binary search and of the random consistent player as
@@ -221,10 +225,10 @@ def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     groups = group_runs(load_study(folder))
     has_eval = any(read_evaluations(run.path) for runs in groups.values() for run in runs)
     fig, axes = plt.subplots(1, 3 if has_eval else 2, figsize=(19 if has_eval else 13, 4.5), constrained_layout=True)
-    plots.plot_seed_bands(groups, "sampler/success_rate", smoothing=smoothing, ax=axes[0], band="ci95")
+    plots.plot_seed_bands(_frames(groups), "sampler/success_rate", smoothing=smoothing, ax=axes[0], band="ci95")
     axes[0].set_ylim(0, 1.02)
     turn_axes = [axes[1]]
-    plots.plot_seed_bands(groups, "sampler/num_turns_per_won_episode", smoothing=smoothing, ax=axes[1], band="ci95")
+    plots.plot_seed_bands(_frames(groups), "sampler/num_turns_per_won_episode", smoothing=smoothing, ax=axes[1], band="ci95")
     if has_eval:
         _eval_curves(axes[2], groups, "turns_per_won_game")
         turn_axes.append(axes[2])
@@ -243,7 +247,7 @@ def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     envs = [env for env in ENVIRONMENTS if any(name.startswith(f"{env}-") for name in groups)]
     fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4.5), constrained_layout=True, squeeze=False)
     for ax, env in zip(axes[0], envs):
-        mine = {METHOD_LABELS[name.split("-", 1)[1]]: runs for name, runs in groups.items() if name.split("-", 1)[0] == env}
+        mine = {METHOD_LABELS[name.split("-", 1)[1]]: runs for name, runs in _frames(groups).items() if name.split("-", 1)[0] == env}
         plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=ENVIRONMENT_TITLES[env], band="ci95")
         ax.set_ylim(0, 1.02)
     fig.suptitle("Algorithm comparison at laptop scale")

@@ -161,10 +161,12 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
 
 def recorded_step_seconds(run: Run, references: Sequence[Path]) -> tuple[float, float] | None:
     """(seconds per training step, seconds per evaluation) of ``run``'s arm, from the ``time/*``
-    metrics of any run of that arm under ``references``; ``None`` when no run of it was recorded.
-    An evaluation is priced as sampling ``2 * eval_games`` episodes at the recorded rate."""
-    for root in references:
-        for metrics in sorted(Path(root).glob(f"{run.arm}-seed*/{METRICS_FILE}")):
+    metrics of any run of that arm (or of the same method and environment at another learning
+    rate) under ``references``; ``None`` when none was recorded. An evaluation is priced as
+    sampling ``2 * eval_games`` episodes at the recorded rate."""
+    candidates = [Path(root).glob(f"{arm}-seed*/{METRICS_FILE}") for arm in (run.arm, run.arm.split("-lr", 1)[0]) for root in references]
+    for found in candidates:
+        for metrics in sorted(found):
             rows = read_rows(metrics).rows
             if rows:
                 step = sum(r["time/step"] for r in rows) / len(rows)
