@@ -106,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.estimate_only:
             continue
         start = time.time()
-        timings = run_studies(runs, jobs=args.jobs, concurrency=args.concurrency)
+        try:
+            timings = run_studies(runs, jobs=args.jobs, concurrency=args.concurrency)
+        except ValueError as error:
+            print(f"reproduce_gem: {error}", file=sys.stderr)
+            return 2
         print(f"\n{study}: {time.time() - start:.0f} s wall for {len(timings)} runs")
         cpu = [t["cpu_s"] / t["steps"] for t in read_timings(Path(args.root) / study) if t.get("cpu_s") and t["steps"]]
         if cpu:

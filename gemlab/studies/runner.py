@@ -120,11 +120,26 @@ def _record(timing: Timing, run: Run, jobs: int) -> None:
     append_row(Path(run.config.log_dir) / TIMINGS_FILE, {**timing.__dict__, "jobs": jobs, "time": time.time()})
 
 
+def check_resumable(runs: Sequence[Run]) -> None:
+    """Refuse (one line) runs whose folder logged every step but lacks the last evaluation and
+    has no checkpoint left to evaluate: made with another schedule (``--steps``,
+    ``--eval-every``); the runner would otherwise start them again from nothing."""
+    for run in runs:
+        rows = len(read_rows(run_dir(run) / METRICS_FILE).rows)
+        if rows >= run.config.max_steps and not finished(run) and steps_done(run) < run.config.max_steps:
+            raise ValueError(
+                f"{run_dir(run)} holds {rows} finished steps made with another schedule (no evaluation at step "
+                f"{due_evaluations(run)[-1]}, no checkpoint to evaluate): use its own --steps/--eval-every or another --root"
+            )
+
+
 def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, progress: bool = True) -> list[Timing]:
     """Run every unfinished run: in ``jobs`` worker processes (1: in this process), or, with
     ``concurrency`` > 0, that many at a time on one asyncio loop (for real Tinker). Returns what
-    each run cost, also appended to ``<study folder>/timings.jsonl``."""
+    each run cost, also appended to ``<study folder>/timings.jsonl``. Runs of a finished folder
+    made with another schedule are refused before anything starts (``check_resumable``)."""
     runs = list(runs)
+    check_resumable(runs)
     todo = [run for run in runs if not finished(run)]
     total = sum(run.config.max_steps for run in runs)
     timings: list[Timing] = []
