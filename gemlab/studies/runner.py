@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import multiprocessing
 import os
 import shutil
 import time
@@ -160,7 +161,8 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
             asyncio.run(every())
             return timings
         threads = max(1, (os.cpu_count() or 1) // jobs)
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # spawned, not forked: a fork of a process whose threads hold locks (a Trainer's loop, torch) can hang
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             pending = {pool.submit(_run_in_worker, run, threads): run for run in todo}
             while pending:
                 done, _ = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
