@@ -19,10 +19,10 @@ import multiprocessing
 import os
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -113,6 +113,17 @@ def _run_in_worker(run: Run, threads: int) -> Timing:
     return asyncio.run(arun_one(run))
 
 
+def _run_anywhere(coroutine: Any) -> None:
+    """``asyncio.run``, also from inside a running loop (a notebook's): then on a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(coroutine)
+        return
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(asyncio.run, coroutine).result()
+
+
 def _logged_steps(runs: Sequence[Run]) -> int:
     return sum(min(len(read_rows(run_dir(run) / METRICS_FILE).rows), run.config.max_steps) for run in runs)
 
@@ -158,7 +169,7 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
             async def every() -> None:
                 await asyncio.gather(*(one(run) for run in todo))
 
-            asyncio.run(every())
+            _run_anywhere(every())
             return timings
         threads = max(1, (os.cpu_count() or 1) // jobs)
         # spawned, not forked: a fork of a process whose threads hold locks (a Trainer's loop, torch) can hang

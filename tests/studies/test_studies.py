@@ -131,6 +131,10 @@ def test_runner_resumes_an_interrupted_run_and_skips_finished_ones(tmp_path):
     run_studies([run], progress=False)  # finished: nothing runs, nothing is rewritten
     assert (run_dir / "metrics.jsonl").stat().st_mtime_ns == before
     assert estimate_seconds([run], [tmp_path / "b"]) == (0.0, [])  # nothing left to do
+    # the same folder asked for with another schedule: refused, never started again from nothing
+    with pytest.raises(ValueError, match="another schedule .*no evaluation at step 3"):
+        run_studies([Run(chz.replace(run.config, max_steps=3), eval_every=3, eval_games=2)], progress=False)
+    assert (run_dir / "metrics.jsonl").stat().st_mtime_ns == before
 
 
 def test_a_finished_run_without_its_last_evaluation_is_evaluated_on_resume(tmp_path):
@@ -145,6 +149,19 @@ def test_a_finished_run_without_its_last_evaluation_is_evaluated_on_resume(tmp_p
     run_studies([run], progress=False)
     assert [row["step"] for row in read_evaluations(tmp_path / "a" / "r-seed0")] == [4, 4]  # step 2 passed unevaluated
     assert len(_rows(tmp_path / "a" / "r-seed0" / "metrics.jsonl")) == 4
+
+
+def test_worker_processes_give_the_same_runs_as_one_process(tmp_path):
+    runs = [_tiny_run(tmp_path, "one", gamma=g) for g in (0.5, 1.0)]
+    runs = [Run(chz.replace(r.config, run_name=f"g{r.config.gamma}-seed0"), eval_every=4, eval_games=2) for r in runs]
+    parallel = [Run(chz.replace(r.config, log_dir=str(tmp_path / "two")), 4, 2) for r in runs]
+    run_studies(runs, progress=False)
+    timings = run_studies(parallel, jobs=2, progress=False)
+    assert sorted(t.run for t in timings) == ["g0.5-seed0", "g1.0-seed0"] and all(t.cpu_s > 0 for t in timings)
+    for run in runs:
+        name = run.config.run_name
+        assert _untimed(_rows(tmp_path / "one" / name / "metrics.jsonl")) == _untimed(_rows(tmp_path / "two" / name / "metrics.jsonl"))
+        assert read_evaluations(tmp_path / "one" / name) == read_evaluations(tmp_path / "two" / name)
 
 
 def _fake_run(root, name, seed, successes, max_steps=None, evaluation=None):
