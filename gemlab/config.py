@@ -30,9 +30,19 @@ POLICY_LOSSES: dict[str, tuple[str, ...]] = {
     "importance_sampling": (),  # GEM's choice: sum(-ratio * advantage)
     "ppo": ("clip_low_threshold", "clip_high_threshold"),
     "cispo": ("clip_low_threshold", "clip_high_threshold"),
-    "dro": ("beta",),
-    "stable_reinforce": (),  # tinker-cookbook's default; locally the same as importance_sampling
 }
+# Tinker losses the emulator computes (for tinker-cookbook's recipes) but the Trainer refuses.
+REFUSED_LOSSES = {
+    "dro": "with the Trainer's datums it pulls every prompt token by beta/2 * lp^2 and gets plain ReBN advantages, not DRO's soft ones",
+    "stable_reinforce": "on real Tinker it needs record_stability_info and sequence_ids, which the Trainer does not set (locally it is only an importance-sampling stand-in)",
+}
+
+
+def _policy_loss(obj: Any, attr: str) -> None:
+    value = getattr(obj, attr)
+    if value in REFUSED_LOSSES:
+        raise ValueError(f"loss_fn={value!r} is refused: {REFUSED_LOSSES[value]}; use one of {', '.join(map(repr, POLICY_LOSSES))}")
+    _one_of(tuple(POLICY_LOSSES))(obj, attr)
 
 
 # Sizes past these are refused: measured on a 2-core laptop, creating an env takes about 0.5 ms
@@ -130,6 +140,9 @@ def _env_cost(num_env: int) -> str:
     )
 
 
+STALE_BATCHES = ("drop", "resample")  # what sampling ahead does with a batch older than max_staleness
+
+
 @chz.chz
 class Config:
     """Everything that defines a run. Defaults are GEM's Tinker example on GuessTheNumber."""
@@ -172,8 +185,13 @@ class Config:
         validator=_at_least(0),
         doc="0: GEM's synchronous loop; k: collect the next batches while a step trains, never more than k steps old",
     )
+    stale_batches: str = chz.field(
+        default="drop",
+        validator=_one_of(STALE_BATCHES),
+        doc="a batch older than max_staleness: 'drop' it, or 'resample' its games with the newest weights (as tinker-cookbook)",
+    )
     # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
-    loss_fn: str = chz.field(default="importance_sampling", validator=_one_of(tuple(POLICY_LOSSES)))
+    loss_fn: str = chz.field(default="importance_sampling", validator=_policy_loss)
     loss_fn_config: dict[str, float] | None = chz.field(
         default=None, doc="the loss's settings, e.g. loss_fn_config.clip_low_threshold=0.8 (ppo, cispo)"
     )

@@ -80,8 +80,14 @@ def plot_seed_bands(
     smoothing: int = 1,
     ax: plt.Axes | None = None,
     title: str | None = None,
+    band: str = "sd",
 ) -> plt.Axes:
-    """Mean over seeds with a band of one standard deviation, one band per named group of runs."""
+    """Mean over seeds with a band per named group of runs: ``band="sd"`` one standard deviation
+    over seeds (ddof=0), ``band="ci95"`` the 95% t-interval of the mean (ddof=1, needs 2+ seeds)."""
+    from scipy import stats
+
+    if band not in ("sd", "ci95"):
+        raise ValueError(f"band must be 'sd' or 'ci95', got {band!r}")
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     for label, runs in groups.items():
@@ -89,11 +95,15 @@ def plot_seed_bands(
         length = min(len(df) for df in frames)
         curves = np.stack([smooth(df[metric].to_numpy()[:length], smoothing) for df in frames])
         steps = frames[0]["step"].to_numpy()[:length]
-        mean, std = curves.mean(axis=0), curves.std(axis=0)
+        mean = curves.mean(axis=0)
+        if band == "sd":
+            half = curves.std(axis=0)
+        else:
+            half = stats.t.ppf(0.975, len(frames) - 1) * curves.std(axis=0, ddof=1) / np.sqrt(len(frames))
         line = ax.plot(steps, mean, lw=2, label=f"{label} (n={len(frames)})")[0]
-        ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        ax.fill_between(steps, mean - half, mean + half, color=line.get_color(), alpha=0.2)
     _label(ax, metric, title, smoothing)
-    ax.legend()
+    ax.legend(title="band: 95% CI of the mean" if band == "ci95" else "band: ±1 SD over seeds")
     return ax
 
 

@@ -6,7 +6,10 @@ so the sampler idles while the learner trains and the other way round. Here a pr
 collects the batch for step ``j`` while earlier steps train, with the newest weights published
 so far, but only once weights of version ``j - k`` or newer exist (version = optimizer steps
 taken). So a batch is at most ``k`` steps old when it is trained on; ``take`` also checks it from
-the versions each transition records, and drops (and counts) any batch older than that.
+the versions each transition records, and handles any batch older than that (which the gating
+above makes rare: only a learner that jumps steps meets one) as ``stale_batches`` says: ``drop``
+it and take the next, or ``resample`` it, replaying the same games with the newest weights, as
+tinker-cookbook requeues stale groups.
 The importance-sampling ratio of the loss, ``exp(learner - sampler logprob)``, corrects for the
 lag (``ppo``/``cispo`` also clip it). This is the scheme of tinker-atropos / PipelineRL's
 bounded off-policyness, reduced to one sampler and one learner.
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from gemlab.episodes import RolloutBatch, Transition
+from gemlab.config import STALE_BATCHES
 from gemlab.step import Players, play_batch, sample, stamp_version
 
 
@@ -56,10 +60,15 @@ class AsyncRollouts:
     ``close`` at the end.
     """
 
-    def __init__(self, collect: Callable[[int, Any], Awaitable[RolloutBatch]], *, max_staleness: int, first_step: int) -> None:
+    def __init__(
+        self, collect: Callable[[int, Any], Awaitable[RolloutBatch]], *, max_staleness: int, first_step: int, stale_batches: str = "drop"
+    ) -> None:
         if max_staleness < 1:
             raise ValueError(f"max_staleness must be at least 1 for asynchronous rollouts, got {max_staleness}")
+        if stale_batches not in STALE_BATCHES:
+            raise ValueError(f"stale_batches must be one of {', '.join(STALE_BATCHES)}, got {stale_batches!r}")
         self.max_staleness = max_staleness
+        self.stale_batches = stale_batches
         self._collect = collect
         self._next_index = first_step
         self._latest: tuple[Any, int] | None = None
@@ -69,6 +78,7 @@ class AsyncRollouts:
         self._producer: asyncio.Task | None = None
         self._closing = False
         self.dropped = 0
+        self.resampled = 0
 
     def publish(self, sampling_client: Awaitable[Any], version: int) -> None:
         """Weights ``version`` become available once ``sampling_client`` resolves (the learner does not wait)."""
@@ -80,16 +90,29 @@ class AsyncRollouts:
 
     async def take(self, step: int) -> tuple[ReadyBatch, int]:
         """The next batch at most ``max_staleness`` versions behind ``step``, and how many older
-        ones were dropped to get it."""
-        dropped = 0
+        ones were dropped (or re-sampled with fresh weights) to get it."""
+        stale = 0
         while True:
             item = await self._ready.get()
             if isinstance(item, BaseException):
                 raise item
             if step - item.version <= self.max_staleness:
-                return item, dropped
-            dropped += 1
+                return item, stale
+            stale += 1
+            if self.stale_batches == "resample":
+                self.resampled += 1
+                return await self._resample(item.index, step), stale
             self.dropped += 1
+
+    async def _resample(self, index: int, step: int) -> ReadyBatch:
+        """Batch ``index`` played again by weights at most ``max_staleness`` versions behind ``step``."""
+        async with self._published:
+            await self._published.wait_for(lambda: self._latest is not None and self._latest[1] >= step - self.max_staleness)
+            client, version = self._latest
+        started = time.time()
+        batch = await self._collect(index, client)
+        stamp_version(batch, version)
+        return ReadyBatch(index, batch, version, started, time.time())
 
     async def close(self) -> None:
         """Stop collecting once the batch being played is complete (so none of its requests is
@@ -155,15 +178,18 @@ class InlineSampler:
 class AheadSampler:
     """Sampling ahead of the learner (``AsyncRollouts``), started on the first ``batch_for``."""
 
-    def __init__(self, training_client: Any, players: Players, clock: float, max_staleness: int) -> None:
+    def __init__(self, training_client: Any, players: Players, clock: float, max_staleness: int, stale_batches: str = "drop") -> None:
         self.training_client, self.players, self.clock, self.max_staleness = training_client, players, clock, max_staleness
+        self.stale_batches = stale_batches
         self._rollouts: AsyncRollouts | None = None
 
     async def batch_for(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
         """The batch for ``step`` from those collected ahead, when it was sampled, how long the
-        learner waited for it and how many stale batches were dropped."""
+        learner waited for it and how many stale batches were dropped or re-sampled."""
         if self._rollouts is None:
-            self._rollouts = AsyncRollouts(functools.partial(play_batch, self.players), max_staleness=self.max_staleness, first_step=step)
+            self._rollouts = AsyncRollouts(
+                functools.partial(play_batch, self.players), max_staleness=self.max_staleness, first_step=step, stale_batches=self.stale_batches
+            )
             self.weights_updated(step)
         waited = time.time()
         ready, dropped = await self._rollouts.take(step)
@@ -171,7 +197,7 @@ class AheadSampler:
             "time/sample_start": ready.started - self.clock,
             "time/sample_end": ready.finished - self.clock,
             "time/wait": time.time() - waited,
-            "async/batches_dropped": float(dropped),
+            f"async/batches_{'resampled' if self.stale_batches == 'resample' else 'dropped'}": float(dropped),
         }
 
     def weights_updated(self, version: int) -> None:

@@ -201,7 +201,7 @@ class Trainer:
         self.folder.save_config(config, changes, self.step_index)
         players = Players(config, self.envs, self.tokenizer, self.template, progress)
         if config.max_staleness > 0:
-            self.sampler: InlineSampler | AheadSampler = AheadSampler(self.training_client, players, self._clock, config.max_staleness)
+            self.sampler: InlineSampler | AheadSampler = AheadSampler(self.training_client, players, self._clock, config.max_staleness, config.stale_batches)
         else:
             self.sampler = InlineSampler(self.training_client, players, self._clock)
 
@@ -275,6 +275,12 @@ class Trainer:
         if self.config.save_every > 0 and self.step_index % self.config.save_every == 0:
             await self._save_checkpoint()
         return metrics
+
+    def run_on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the Trainer's own event loop, where its clients live (e.g. an
+        evaluation that samples with ``training_client``'s current weights)."""
+        self._check_usable()
+        return self._loop.run(coroutine)
 
     # ----- end to end ---------------------------------------------------------------------
     def run(self, max_steps: int | None = None) -> list[dict[str, float]]:

@@ -380,14 +380,14 @@ def test_ctrl_c_while_loading_or_drawing_exits_130_in_one_line(tmp_path: Path, w
 
 
 RACE = """
-import sys
+import dataclasses, sys
 from gemlab.run_folder import RunFolderError
-from gemlab.studies.definitions import study_configs
-from gemlab.studies.runner import run_configs
+from gemlab.studies.definitions import study_runs
+from gemlab.studies.runner import run_studies
 import chz
-configs = [chz.replace(c, batch_size=8, num_env=4) for c in study_configs("gamma", sys.argv[1], steps=3, seeds=[0])]
+runs = [dataclasses.replace(r, config=chz.replace(r.config, batch_size=8, num_env=4)) for r in study_runs("gamma", sys.argv[1], steps=3, seeds=[0], eval_every=0)]
 try:
-    run_configs(configs, progress=False)
+    run_studies(runs, progress=False)
 except RunFolderError as error:
     print(f"refused: {error}", file=sys.stderr)
     sys.exit(3)
@@ -404,7 +404,7 @@ def test_two_study_runners_on_one_folder_delete_nothing(tmp_path: Path) -> None:
         if code == 3:
             assert len(err.strip().splitlines()) == 1 and "is in use by process" in err
     assert 0 in [code for code, _ in results]
-    runs = sorted((tmp_path / "gamma").iterdir())
+    runs = sorted(path for path in (tmp_path / "gamma").iterdir() if path.is_dir())
     assert len(runs) == 3
     for run in runs:
         steps = [json.loads(line)["step"] for line in (run / METRICS_FILE).read_text().splitlines()]

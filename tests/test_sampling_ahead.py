@@ -1,5 +1,5 @@
 """Asynchronous rollouts (``max_staleness``): the staleness bound holds on the recorded sampler
-versions, ``max_staleness=0`` is exactly GEM's synchronous loop, and stale batches are dropped."""
+versions, ``max_staleness=0`` is exactly GEM's synchronous loop, and stale batches are dropped or re-sampled."""
 
 from __future__ import annotations
 
@@ -92,30 +92,41 @@ def _batch(version: int) -> RolloutBatch:
     return RolloutBatch(episodes=[Episode(transitions=[transition])])
 
 
-def test_batches_older_than_the_bound_are_dropped_and_counted():
-    """The learner jumps ahead of what the producer collected: older batches are dropped."""
+@pytest.mark.parametrize("stale_batches", ["drop", "resample"])
+def test_batches_older_than_the_bound_are_dropped_or_resampled(stale_batches):
+    """The learner jumps ahead of what the producer collected (sampling was fast, the learner's
+    weights came slowly): a batch older than the bound is dropped (the next one is taken) or
+    its games are played again by the newest weights."""
 
     async def main() -> tuple:
+        played = []
+
         async def collect(index: int, client: str) -> RolloutBatch:
+            played.append((index, client))
             await asyncio.sleep(0)
             return _batch(0)
 
         async def weights(version: int) -> str:
             return f"client-{version}"
 
-        rollouts = AsyncRollouts(collect, max_staleness=1, first_step=0)
+        rollouts = AsyncRollouts(collect, max_staleness=1, first_step=0, stale_batches=stale_batches)
         rollouts.publish(weights(0), version=0)
         first, _ = await rollouts.take(0)
         await asyncio.sleep(0.05)  # batch 1 (version 0) is collected meanwhile
         rollouts.publish(weights(5), version=5)  # five optimizer steps later
-        fresh, dropped = await rollouts.take(5)
+        fresh, stale = await rollouts.take(5)
         await rollouts.close()
-        return first, fresh, dropped, rollouts.dropped
+        return first, fresh, stale, rollouts, played
 
-    first, fresh, dropped, total = asyncio.run(main())
-    assert first.version == 0 and fresh.version == 5
-    assert dropped >= 1 and total == dropped
+    first, fresh, stale, rollouts, played = asyncio.run(main())
+    assert first.version == 0 and fresh.version == 5 and stale >= 1
     assert all(t.sampler_version == 5 for e in fresh.batch.episodes for t in e.transitions)
+    assert (1, "client-0") in played  # batch 1 was first played by version 0: too old for step 5
+    if stale_batches == "drop":
+        assert rollouts.dropped == stale and rollouts.resampled == 0 and fresh.index > 1
+    else:
+        assert rollouts.resampled == 1 and rollouts.dropped == 0
+        assert fresh.index == 1 and (1, "client-5") in played  # the same games, fresh weights
 
 
 def test_max_staleness_must_be_a_non_negative_integer(tmp_path):
@@ -123,3 +134,5 @@ def test_max_staleness_must_be_a_non_negative_integer(tmp_path):
         make_config("laptop", log_dir=str(tmp_path), max_staleness=-1)
     with pytest.raises(ValueError, match="max_staleness must be an integer"):
         make_config("laptop", log_dir=str(tmp_path), max_staleness=1.5)
+    with pytest.raises(ValueError, match="stale_batches must be one of 'drop', 'resample'"):
+        make_config("laptop", log_dir=str(tmp_path), stale_batches="keep")

@@ -1,11 +1,21 @@
-"""The GEM paper's two studies at laptop scale, as run configs.
+"""The GEM paper's studies at laptop scale, as run configs, with their contrasts fixed in advance.
 
 - ``gamma``: REINFORCE + ReBN on GuessTheNumber 1-20 (20 turns) with gamma 0.5, 0.9 and 1.0. Any
   consistent player wins within 20 turns, so only gamma < 1 rewards winning *fast*.
+- ``tuning``: a learning-rate sweep (``LEARNING_RATES``) per method and environment on its own
+  seeds (``TUNING_SEEDS``, disjoint from ``SEEDS``); ``best_learning_rates`` picks each method's
+  rate from it, so no method is compared at a rate tuned for another.
 - ``algorithms``: REINFORCE (raw returns), REINFORCE + ReBN, GRPO (groups of 8 envs on one
   problem, trajectory-level, gamma 1) and PPO-style updates (Tinker's clipped ``ppo`` loss on
-  ReBN advantages, 4 minibatch updates per batch) on the multi-turn easy GuessTheNumber and on
-  the single-turn ``rg:products-1digit``.
+  ReBN advantages) in every environment of ``ENVIRONMENTS``, each method at its tuned rate.
+  PPO-style takes ``num_minibatches`` = 4 optimizer steps per batch where the others take 1: the
+  difference is stated (``OPTIMIZER_STEPS``), not matched, because one clipped step on fresh
+  samples is REINFORCE + ReBN itself (the ratio is 1, nothing clips).
+
+Seeds are paired across arms: seed ``s`` of every arm starts from the same LoRA initialization and
+draws from the same seed derivation, so contrasts are paired differences by seed. Every run also
+plays a fixed evaluation set every ``EVAL_EVERY`` steps (``evaluation.py``), the low-noise metric
+the contrasts are computed on. ``CONTRASTS`` is the analysis plan, written before the runs.
 
 Every run is an ordinary run folder under ``<root>/<study>/<run>/``; ``runner.py`` makes them
 (``benchmarks/reproduce_gem.py`` is the command), ``figures.py`` reads them into tables and figures.
@@ -13,23 +23,34 @@ Every run is an ordinary run folder under ``<root>/<study>/<run>/``; ``runner.py
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from gemlab.config import Config, make_config
 from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
 from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS
 
-STUDIES = ("gamma", "algorithms")
-SEEDS = (0, 1, 2)
-STEPS = 40  # per run; the whole regeneration's time is in the README and notebook 08
+STUDIES = ("gamma", "tuning", "algorithms")
+SEEDS = tuple(range(10))  # per arm, paired by seed across arms (issue 22: at least 10)
+TUNING_SEEDS = (100, 101)  # the learning-rate sweep's own seeds, never used for the comparison
+STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100}  # per run; the gamma study converges by ~150
 GAMMAS = (0.5, 0.9, 1.0)
+LEARNING_RATES = (1e-3, 2e-3, 4e-3)  # the sweep; the laptop preset's 2e-3 is the middle
+EVAL_EVERY = 10  # steps between evaluations on the fixed set (and always at the last step)
+EVAL_GAMES = 32  # games (or problems) in the fixed set, each played sampled and greedy
 # Shared by every run: the laptop preset (gemlab/tiny family, lr 2e-3, LoRA rank 8) at batch 64.
 COMMON: dict[str, Any] = dict(batch_size=64, save_every=10)
 GAMMA_SETTING: dict[str, Any] = dict(model_name=TINY_GUESS20, env_id=GUESS_20, num_env=8)
-ENVIRONMENTS: dict[str, dict[str, Any]] = {
+ENVIRONMENTS: dict[str, dict[str, Any]] = {  # two multi-turn games, one single-turn task
     "guess": dict(model_name=TINY, env_id="game:GuessTheNumber-v0-easy", num_env=32),
+    "guess20": dict(model_name=TINY_GUESS20, env_id=GUESS_20, num_env=32),
     "products": dict(model_name=TINY_PRODUCTS, env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
+}
+ENVIRONMENT_TITLES = {
+    "guess": "GuessTheNumber 1-10, 4 turns (multi-turn)",
+    "guess20": "GuessTheNumber 1-20, 20 turns (multi-turn)",
+    "products": "rg:products-1digit (single-turn)",
 }
 METHODS: dict[str, dict[str, Any]] = {
     "reinforce": dict(advantage="none"),
@@ -43,26 +64,102 @@ METHOD_LABELS = {
     "grpo": "GRPO (groups of 8, gamma 1)",
     "ppo": "PPO-style (clipped, 4 minibatches)",
 }
+OPTIMIZER_STEPS = {method: settings.get("num_minibatches", 1) for method, settings in METHODS.items()}  # per batch
 
 
-def study_configs(study: str, root: str | Path = "data/figures", *, steps: int = STEPS, seeds: Sequence[int] = SEEDS) -> list[Config]:
-    """Every run of ``study`` as a ``Config`` whose run folder is ``<root>/<study>/<run>``, seed by
-    seed (so a partial regeneration already compares every setting on the first seeds)."""
+@dataclass(frozen=True)
+class Contrast:
+    """One pre-registered comparison: ``treatment`` minus ``control`` on ``metric`` of the fixed
+    evaluation (sampled mode, last evaluation), paired by seed. ``lower_is_better`` says which sign
+    is an improvement."""
+
+    treatment: str
+    control: str
+    metric: str
+    lower_is_better: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.treatment} - {self.control}: {self.metric}"
+
+
+CONTRASTS: dict[str, list[Contrast]] = {
+    "gamma": [
+        Contrast(f"gamma{g}", "gamma1.0", metric, lower_is_better=True)
+        for g in (0.5, 0.9)
+        for metric in ("turns_per_won_game", "turns_per_game")
+    ],
+    "algorithms": [
+        Contrast(f"{env}-rebn", f"{env}-{baseline}", "success")
+        for env in ENVIRONMENTS
+        for baseline in ("reinforce", "grpo", "ppo")
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a study: its config and its evaluation schedule."""
+
+    config: Config
+    eval_every: int = EVAL_EVERY
+    eval_games: int = EVAL_GAMES
+
+    @property
+    def name(self) -> str:
+        return self.config.resolved_run_name
+
+    @property
+    def arm(self) -> str:
+        """The run's name without its ``-seedN`` suffix: the arm it belongs to."""
+        return self.name.rsplit("-seed", 1)[0]
+
+
+def study_runs(
+    study: str,
+    root: str | Path = "data/figures",
+    *,
+    steps: int | None = None,
+    seeds: Sequence[int] | None = None,
+    learning_rates: Mapping[str, float] | None = None,
+    eval_every: int = EVAL_EVERY,
+    eval_games: int = EVAL_GAMES,
+    environments: Sequence[str] | None = None,
+) -> list[Run]:
+    """Every run of ``study`` under ``<root>/<study>/``, seed by seed (so a partial regeneration
+    already compares every arm on the first seeds). ``learning_rates`` (``"env-method"`` -> rate,
+    from ``best_learning_rates``) is required by ``algorithms``; ``tuning`` uses ``TUNING_SEEDS``."""
     if study not in STUDIES:
         raise ValueError(f"Unknown study {study!r}. Known studies: {', '.join(STUDIES)}")
-    log_dir = str(Path(root) / study)
-    base = dict(COMMON, max_steps=steps, log_dir=log_dir)
+    envs = list(environments or ENVIRONMENTS)
+    unknown = sorted(set(envs) - set(ENVIRONMENTS))
+    if unknown:
+        raise ValueError(f"Unknown environments {unknown}. Known: {', '.join(ENVIRONMENTS)}")
+    seeds = list(seeds if seeds is not None else (TUNING_SEEDS if study == "tuning" else SEEDS))
+    base = dict(COMMON, max_steps=steps or STEPS[study], log_dir=str(Path(root) / study))
+
+    def run(name: str, seed: int, **fields: Any) -> Run:
+        config = make_config("laptop", **{**base, **fields}, seed=seed, run_name=f"{name}-seed{seed}")
+        return Run(config, eval_every, eval_games)
+
     if study == "gamma":
+        return [run(f"gamma{g}", seed, **GAMMA_SETTING, gamma=g) for seed in seeds for g in GAMMAS]
+    if study == "tuning":
         return [
-            make_config("laptop", **base, **GAMMA_SETTING, gamma=gamma, seed=seed, run_name=f"gamma{gamma}-seed{seed}")
+            run(f"{env}-{method}-lr{lr:g}", seed, **ENVIRONMENTS[env], **METHODS[method], learning_rate=lr)
             for seed in seeds
-            for gamma in GAMMAS
+            for env in envs
+            for method in METHODS
+            for lr in LEARNING_RATES
         ]
+    if learning_rates is None:
+        raise ValueError("the algorithms study runs each method at its tuned rate: run the tuning study first (best_learning_rates)")
+    missing = [f"{env}-{method}" for env in envs for method in METHODS if f"{env}-{method}" not in learning_rates]
+    if missing:
+        raise ValueError(f"no tuned learning rate for {', '.join(missing)}: finish the tuning study first")
     return [
-        make_config("laptop", **base, **setting, **METHODS[method], seed=seed, run_name=f"{env}-{method}-seed{seed}")
+        run(f"{env}-{method}", seed, **ENVIRONMENTS[env], **METHODS[method], learning_rate=learning_rates[f"{env}-{method}"])
         for seed in seeds
-        for env, setting in ENVIRONMENTS.items()
+        for env in envs
         for method in METHODS
     ]
-
-

@@ -1,7 +1,15 @@
-"""The studies' tables and figures, read from their run folders (seeds as intervals)."""
+"""The studies' tables and figures, read from their run folders: each arm's outcome over seeds
+with a 95% interval, the pre-registered contrasts (``definitions.CONTRASTS``) with their paired
+intervals and Holm-adjusted p-values, and the words that follow from them.
+
+An outcome is one number per run, from one of three sources: ``eval-sampled`` / ``eval-greedy``
+(the last evaluation on the fixed set, ``eval.jsonl``; the low-noise metric) or ``train`` (the
+mean of the last ``WINDOW`` training steps' metrics; what runs without evaluations have).
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -11,22 +19,32 @@ import pandas as pd
 
 from gemlab import plots
 from gemlab.run_folder import METRICS_FILE, read_run
-from gemlab.studies.definitions import ENVIRONMENTS, METHOD_LABELS
+from gemlab.studies import stats
+from gemlab.studies.definitions import CONTRASTS, ENVIRONMENT_TITLES, ENVIRONMENTS, LEARNING_RATES, METHOD_LABELS, METHODS
+from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.guessing import binary_search, random_consistent
 
-WINDOW = 10  # first-10 / last-10 steps in the tables
+WINDOW = 10  # last-10 steps for the training source
+SOURCES = ("auto", "eval-sampled", "eval-greedy", "train")
+TRAIN_METRICS = {
+    "success": "sampler/success_rate",
+    "turns_per_won_game": "sampler/num_turns_per_won_episode",
+    "turns_per_game": "sampler/num_turns_per_episode",
+}
+TABLE_METRICS = {"gamma": ("success", "turns_per_won_game", "turns_per_game"), "tuning": ("success",), "algorithms": ("success",)}
+ALPHA = 0.05
 
 
-def load_study(folder: str | Path) -> dict[str, pd.DataFrame]:
+def load_study(folder: str | Path) -> dict[str, Any]:
     """Every finished run of a study folder (``max_steps`` rows, per its ``config.json``): run
-    name -> its metrics, one row per step. Unfinished runs are left out, so that a study that is
-    still being regenerated compares only runs of the same length."""
+    name -> its ``SavedRun``. Unfinished runs are left out, so that a study that is still being
+    regenerated compares only runs of the same length."""
     folder = Path(folder)
     runs = {}
     for path in sorted(folder.glob(f"*/{METRICS_FILE}")):
         run = read_run(path.parent)
         if run.steps_done >= run.config["max_steps"]:
-            runs[run.name] = run.metrics
+            runs[run.name] = run
     if not runs:
         raise FileNotFoundError(f"no finished runs under {folder}: run `python benchmarks/reproduce_gem.py` first")
     return runs
@@ -40,52 +58,216 @@ def group_runs(runs: dict[str, Any]) -> dict[str, list[Any]]:
     return groups
 
 
-def _window_means(frames: list[pd.DataFrame], metric: str, window: int) -> tuple[np.ndarray, np.ndarray]:
-    first = np.array([frame[metric].head(window).mean() for frame in frames])
-    last = np.array([frame[metric].tail(window).mean() for frame in frames])
-    return first, last
+def resolve_source(runs: dict[str, Any], source: str) -> str:
+    """``auto`` -> ``eval-sampled`` when every run has evaluations, else ``train``."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}; got {source!r}")
+    if source != "auto":
+        return source
+    return "eval-sampled" if all(read_evaluations(run.path) for run in runs.values()) else "train"
 
 
-def summary_table(folder: str | Path, metrics: Sequence[str] = ("sampler/success_rate",), *, window: int = WINDOW) -> pd.DataFrame:
-    """Per group of seeds: mean and standard deviation over seeds of each metric's first-``window``
-    and last-``window`` step averages, and the number of seeds."""
+def run_outcome(run: Any, metric: str, source: str) -> float:
+    """One run's ``metric`` from ``source`` (see the module docstring)."""
+    if source == "train":
+        return float(run.metrics[TRAIN_METRICS[metric]].tail(WINDOW).mean())
+    mode = source.split("-", 1)[1]
+    rows = [row for row in read_evaluations(run.path) if row["mode"] == mode]
+    if not rows:
+        raise FileNotFoundError(f"{run.path} has no {mode} evaluation: use source='train'")
+    return float(max(rows, key=lambda row: row["step"])[metric])
+
+
+def arm_outcomes(folder: str | Path, metric: str, source: str = "auto") -> tuple[dict[str, dict[int, float]], str]:
+    """arm -> {seed: outcome} for every finished run of the study folder, and the source used."""
+    runs = load_study(folder)
+    source = resolve_source(runs, source)
+    arms: dict[str, dict[int, float]] = {}
+    for arm, members in group_runs(runs).items():
+        arms[arm] = {int(run.config["seed"]): run_outcome(run, metric, source) for run in members}
+    return arms, source
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return [v for v in values if math.isfinite(v)]
+
+
+def outcome_table(folder: str | Path, metrics: Sequence[str] | None = None, *, source: str = "auto") -> pd.DataFrame:
+    """Per arm: seeds, and for each metric the mean and the IQM over seeds, each with its 95%
+    percentile bootstrap interval over seeds (``stats.interval``), as ``value [low, high]``."""
+    folder = Path(folder)
+    metrics = metrics or TABLE_METRICS.get(folder.name, ("success",))
+    rows: dict[str, dict[str, Any]] = {}
+    for metric in metrics:
+        arms, used = arm_outcomes(folder, metric, source)
+        for arm, by_seed in arms.items():
+            values = _finite(list(by_seed.values()))
+            row = rows.setdefault(arm, {"seeds": len(by_seed), "source": used})
+            if values:
+                row[f"{metric} mean [95% CI]"] = str(stats.interval(values, "mean"))
+                row[f"{metric} IQM [95% CI]"] = str(stats.interval(values, "iqm"))
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("arm")
+
+
+def verdict(contrast: Any, differences: Sequence[float], low: float, high: float, p: float, p_holm: float) -> str:
+    """Words that follow the numbers: "resolved" only when the Holm-adjusted p is below 5% and the
+    interval excludes 0; "suggestive" when the unadjusted p is below 5% but not the adjusted one;
+    else "not resolved" (noting when every seed agrees on the sign: a bootstrap interval over
+    few seeds is too narrow, so it alone resolves nothing)."""
+    if not differences:
+        return "no data"
+    mean = float(np.mean(differences))
+    better = (mean < 0) == contrast.lower_is_better
+    direction = f"{contrast.treatment} {'better' if better else 'worse'}"
+    excludes_zero = math.isfinite(low) and (low > 0 or high < 0)
+    if p_holm < ALPHA and excludes_zero:
+        return f"resolved: {direction}"
+    if p < ALPHA:
+        return f"suggestive ({direction}), not resolved after Holm"
+    if all(d > 0 for d in differences) or all(d < 0 for d in differences):
+        return f"not resolved (every seed: {direction})"
+    return "not resolved"
+
+
+def contrast_table(folder: str | Path, study: str, *, source: str = "auto", power: float = 0.8) -> pd.DataFrame:
+    """The study's pre-registered contrasts, paired by seed: mean difference with its 95%
+    bootstrap interval, the exact sign-flip p and its Holm adjustment over the study's
+    contrasts, the SD of the paired differences and the seeds per arm a paired test would need
+    for ``power`` at the observed difference (``stats.seeds_needed``), and the verdict."""
     rows = []
-    for group, frames in group_runs(load_study(folder)).items():
-        row: dict[str, Any] = {"run": group, "seeds": len(frames)}
-        for metric in metrics:
-            short = metric.split("/")[-1]
-            first, last = _window_means(frames, metric, window)
-            row.update({f"{short} first": first.mean(), f"{short} last": last.mean(), f"{short} last std": last.std()})
-            row[f"{short} gain"] = (last - first).mean()
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("run")
+    for contrast in CONTRASTS[study]:
+        arms, used = arm_outcomes(folder, contrast.metric, source)
+        if contrast.treatment not in arms or contrast.control not in arms:
+            continue
+        treated, control = arms[contrast.treatment], arms[contrast.control]
+        seeds = sorted(s for s in set(treated) & set(control) if math.isfinite(treated[s]) and math.isfinite(control[s]))
+        x, y = [treated[s] for s in seeds], [control[s] for s in seeds]
+        result = stats.paired_contrast(x, y)
+        sd = float(np.std(np.subtract(x, y), ddof=1)) if len(seeds) > 1 else math.nan
+        rows.append({
+            "contrast": contrast.name, "source": used, "seeds": len(seeds), "difference": result.difference,
+            "CI low": result.low, "CI high": result.high, "p": result.p, "SD of differences": sd,
+            "seeds needed (80% power)": stats.seeds_needed(result.difference, sd, power=power),
+            "_contrast": contrast, "_differences": list(np.subtract(x, y)),
+        })
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    table.insert(table.columns.get_loc("p") + 1, "p (Holm)", stats.holm(table["p"]))
+    table["verdict"] = [verdict(r["_contrast"], r["_differences"], r["CI low"], r["CI high"], r["p"], r["p (Holm)"]) for _, r in table.iterrows()]
+    return table.drop(columns=["_contrast", "_differences"]).set_index("contrast")
+
+
+def aggregate_table(folder: str | Path, *, source: str = "auto") -> pd.DataFrame:
+    """Per method, success pooled over the environments: IQM and mean with 95% stratified
+    bootstrap intervals (seeds resampled within each environment, as rliable recommends)."""
+    arms, used = arm_outcomes(folder, "success", source)
+    rows = {}
+    for method in METHODS:
+        strata = [list(arms[f"{env}-{method}"].values()) for env in ENVIRONMENTS if f"{env}-{method}" in arms]
+        if strata:
+            rows[METHOD_LABELS[method]] = {
+                "environments": len(strata), "source": used,
+                "success IQM [95% CI]": str(stats.stratified_interval(strata, "iqm")),
+                "success mean [95% CI]": str(stats.stratified_interval(strata, "mean")),
+            }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("method")
+
+
+def best_learning_rates(folder: str | Path, *, source: str = "auto") -> dict[str, float]:
+    """``"env-method"`` -> the learning rate of the tuning study with the highest mean success
+    over the tuning seeds, for every env and method whose whole sweep has finished."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise FileNotFoundError(f"no tuning study under {folder}: run `--study tuning` first (the algorithms study uses its rates)")
+    arms, _ = arm_outcomes(folder, "success", source)
+    best = {}
+    for env in ENVIRONMENTS:
+        for method in METHODS:
+            scores = {lr: arms.get(f"{env}-{method}-lr{lr:g}") for lr in LEARNING_RATES}
+            if all(scores.values()):
+                best[f"{env}-{method}"] = max(LEARNING_RATES, key=lambda lr: np.mean(list(scores[lr].values())))
+    if not best:
+        raise FileNotFoundError(f"the tuning study under {folder} has no finished sweep: run `--study tuning` first")
+    return best
+
+
+# ----- figures -----------------------------------------------------------------------------
+def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: str = "sampled") -> bool:
+    """Mean over seeds of ``metric`` on the fixed evaluation set per evaluated step, with 95%
+    t-intervals; False when the runs have no evaluations."""
+    from scipy import stats as scipy_stats
+
+    drawn = False
+    for arm, runs in groups.items():
+        table = pd.DataFrame([row for run in runs for row in read_evaluations(run.path) if row["mode"] == mode])
+        if table.empty:
+            continue
+        per_step = table.groupby("step")[metric]
+        mean, sd, n = per_step.mean(), per_step.std(ddof=1), per_step.count()
+        half = scipy_stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
+        ax.errorbar(mean.index, mean, yerr=half, marker="o", capsize=3, label=f"{arm} (n={n.max()})")
+        drawn = True
+    if drawn:
+        ax.set(xlabel="step", ylabel=f"{metric.replace('_', ' ')} ({mode}, fixed set)", title="Fixed evaluation set (95% CI of the mean)")
+        ax.legend()
+    return drawn
+
+
+def _frames(groups: dict[str, list[Any]]) -> dict[str, list[pd.DataFrame]]:
+    return {arm: [run.metrics for run in runs] for arm, runs in groups.items()}
 
 
 def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
-    """Success rate and turns per won episode per gamma (mean and one-std band over seeds), with
-    the exact turns of binary search and of the random consistent player as horizontal lines."""
+    """Training success rate and turns per won episode per gamma (mean and 95% interval over
+    seeds), with the exact turns of binary search and of the random consistent player as
+    horizontal lines; and, when the runs have them, turns per won game on the fixed set."""
     groups = group_runs(load_study(folder))
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), constrained_layout=True)
-    plots.plot_seed_bands(groups, "sampler/success_rate", smoothing=smoothing, ax=axes[0])
+    has_eval = any(read_evaluations(run.path) for runs in groups.values() for run in runs)
+    fig, axes = plt.subplots(1, 3 if has_eval else 2, figsize=(19 if has_eval else 13, 4.5), constrained_layout=True)
+    plots.plot_seed_bands(_frames(groups), "sampler/success_rate", smoothing=smoothing, ax=axes[0], band="ci95")
     axes[0].set_ylim(0, 1.02)
-    plots.plot_seed_bands(groups, "sampler/num_turns_per_won_episode", smoothing=smoothing, ax=axes[1])
-    for player, style in ((binary_search, "--"), (random_consistent, ":")):
-        turns = float(player(20, 20).turns_when_won)
-        axes[1].axhline(turns, color="black", ls=style, lw=1.2, label=f"{player.__name__.replace('_', ' ')}: {turns:.2f}")
-    axes[1].legend()
+    turn_axes = [axes[1]]
+    plots.plot_seed_bands(_frames(groups), "sampler/num_turns_per_won_episode", smoothing=smoothing, ax=axes[1], band="ci95")
+    if has_eval:
+        _eval_curves(axes[2], groups, "turns_per_won_game")
+        turn_axes.append(axes[2])
+    for ax in turn_axes:
+        for player, style in ((binary_search, "--"), (random_consistent, ":")):
+            turns = float(player(20, 20).turns_when_won)
+            ax.axhline(turns, color="black", ls=style, lw=1.2, label=f"{player.__name__.replace('_', ' ')}: {turns:.2f}")
+        ax.legend()
     fig.suptitle("GuessTheNumber 1-20 (20 turns), REINFORCE + ReBN: the discount factor")
     return fig
 
 
 def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
-    """Success rate per method (mean and one-std band over seeds), one panel per environment."""
+    """Training success rate per method (mean and 95% interval over seeds), one panel per environment."""
     groups = group_runs(load_study(folder))
     envs = [env for env in ENVIRONMENTS if any(name.startswith(f"{env}-") for name in groups)]
     fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4.5), constrained_layout=True, squeeze=False)
-    titles = {"guess": "GuessTheNumber 1-10 (multi-turn)", "products": "rg:products-1digit (single-turn)"}
     for ax, env in zip(axes[0], envs):
-        mine = {METHOD_LABELS[name.split("-", 1)[1]]: runs for name, runs in groups.items() if name.startswith(f"{env}-")}
-        plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=titles[env])
+        mine = {METHOD_LABELS[name.split("-", 1)[1]]: runs for name, runs in _frames(groups).items() if name.split("-", 1)[0] == env}
+        plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=ENVIRONMENT_TITLES[env], band="ci95")
         ax.set_ylim(0, 1.02)
     fig.suptitle("Algorithm comparison at laptop scale")
     return fig
+
+
+def tuning_figure(folder: str | Path) -> Any:
+    """Success (the tuning source) against learning rate, one line per method, one panel per environment."""
+    arms, source = arm_outcomes(folder, "success")
+    envs = [env for env in ENVIRONMENTS if any(arm.startswith(f"{env}-") for arm in arms)]
+    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), constrained_layout=True, squeeze=False)
+    for ax, env in zip(axes[0], envs):
+        for method in METHODS:
+            points = [(lr, np.mean(list(arms[f"{env}-{method}-lr{lr:g}"].values()))) for lr in LEARNING_RATES if f"{env}-{method}-lr{lr:g}" in arms]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=METHOD_LABELS[method])
+        ax.set(xscale="log", xlabel="learning rate", ylabel=f"success ({source})", title=ENVIRONMENT_TITLES[env], ylim=(0, 1.02))
+        ax.legend()
+    fig.suptitle("Learning-rate sweep (tuning seeds only)")
+    return fig
+
+
+FIGURES = {"gamma": gamma_figure, "tuning": tuning_figure, "algorithms": algorithms_figure}

@@ -1,5 +1,5 @@
-"""The reproduction studies: their runs, GRPO's groups, PPO-style minibatches, the resumable
-runner, and reruns from a saved config.json."""
+"""The reproduction studies: their runs and contrasts, GRPO's groups, PPO-style minibatches, the
+resumable runner with its evaluations, the tables, and reruns from a saved config.json."""
 
 import asyncio
 import json
@@ -12,9 +12,10 @@ from gemlab import make_config
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch
 from gemlab.step import prepare_transitions
-from gemlab.studies.definitions import study_configs
-from gemlab.studies.figures import group_runs, summary_table
-from gemlab.studies.runner import run_configs
+from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, TUNING_SEEDS, Run, study_runs
+from gemlab.studies.evaluation import read_evaluations
+from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table
+from gemlab.studies.runner import estimate_seconds, run_studies
 from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
 from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
@@ -30,20 +31,31 @@ def _untimed(rows):
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
-def test_study_configs_cover_the_issue():
-    gamma = study_configs("gamma", "/x")
-    assert sorted({c.gamma for c in gamma}) == [0.5, 0.9, 1.0] and len(gamma) == 9
-    assert {c.env_id for c in gamma} == {GUESS_20} and {c.log_dir for c in gamma} == {"/x/gamma"}
-    algorithms = {c.run_name: c for c in study_configs("algorithms", "/x", seeds=[0])}
-    assert len(algorithms) == 8
+def test_study_runs_cover_the_issue():
+    gamma = [run.config for run in study_runs("gamma", "/x")]
+    assert sorted({c.gamma for c in gamma}) == [0.5, 0.9, 1.0] and len(gamma) == 30  # 10 seeds per arm
+    assert {c.env_id for c in gamma} == {GUESS_20} and {c.log_dir for c in gamma} == {"/x/gamma"} and {c.max_steps for c in gamma} == {150}
+    tuning = [run.config for run in study_runs("tuning", "/x", environments=["guess"])]
+    assert {c.seed for c in tuning} == set(TUNING_SEEDS) and len({c.learning_rate for c in tuning}) >= 3
+    assert not set(TUNING_SEEDS) & {c.seed for c in gamma}  # rates are chosen on seeds the comparison never sees
+    rates = {f"{env}-{m}": lr for env in ("guess", "guess20", "products") for m, lr in zip(("reinforce", "rebn", "grpo", "ppo"), (1e-3, 2e-3, 4e-3, 1e-3))}
+    algorithms = {run.name: run.config for run in study_runs("algorithms", "/x", seeds=[0], learning_rates=rates)}
+    assert len(algorithms) == 12  # two multi-turn games and one single-turn task, four methods
     assert {algorithms["guess-grpo-seed0"].gamma, algorithms["products-grpo-seed0"].group_size} == {1.0, 8}
     assert algorithms["products-ppo-seed0"].loss_fn == "ppo" and algorithms["guess-ppo-seed0"].num_minibatches == 4
-    assert algorithms["guess-reinforce-seed0"].advantage == "none"
+    assert algorithms["guess-reinforce-seed0"].advantage == "none" and algorithms["guess-reinforce-seed0"].learning_rate == 1e-3
     assert algorithms["products-rebn-seed0"].env_id == PRODUCTS_1DIGIT
-    # no method gets more data or a different learning rate than another
-    assert len({(c.batch_size, c.learning_rate, c.max_steps, c.lora_rank) for c in algorithms.values()}) == 1
-    with pytest.raises(ValueError, match="Known studies: gamma, algorithms"):
-        study_configs("lambda")
+    # no method gets more data than another
+    assert len({(c.batch_size, c.max_steps, c.lora_rank) for c in algorithms.values()}) == 1
+    with pytest.raises(ValueError, match="Known studies: gamma, tuning, algorithms"):
+        study_runs("lambda")
+    with pytest.raises(ValueError, match="run the tuning study first"):
+        study_runs("algorithms")
+    with pytest.raises(ValueError, match="no tuned learning rate for guess-reinforce"):
+        study_runs("algorithms", learning_rates={}, environments=["guess"])
+    # the analysis plan: both gamma contrasts on both turn metrics, ReBN against each baseline
+    assert {c.name for c in CONTRASTS["gamma"]} >= {"gamma0.5 - gamma1.0: turns_per_won_game", "gamma0.9 - gamma1.0: turns_per_game"}
+    assert {c.control for c in CONTRASTS["algorithms"] if c.treatment == "guess-rebn"} == {"guess-reinforce", "guess-grpo", "guess-ppo"}
 
 
 def test_grouped_envs_play_one_problem_per_group():
@@ -93,47 +105,113 @@ def test_ppo_style_step_makes_one_update_per_minibatch(tmp_path):
     assert metrics["train/kl_sample_train_v2"] > 0
 
 
+def _tiny_run(tmp_path, folder, **fields):
+    config = make_config("laptop", **dict(TINY, max_steps=4), save_every=2, log_dir=str(tmp_path / folder), run_name="r-seed0", **fields)
+    return Run(config, eval_every=2, eval_games=2)
+
+
 def test_runner_resumes_an_interrupted_run_and_skips_finished_ones(tmp_path):
-    config = make_config("laptop", **dict(TINY, max_steps=4), save_every=2, log_dir=str(tmp_path / "a"), run_name="r")
-    straight = chz.replace(config, log_dir=str(tmp_path / "b"))
-    run_configs([straight], progress=False)
-    trainer = Trainer(config, progress=False)  # "interrupted" after 3 steps, checkpoint at step 2
+    run, straight = _tiny_run(tmp_path, "a"), _tiny_run(tmp_path, "b")
+    run_studies([straight], progress=False)
+    trainer = Trainer(run.config, progress=False)  # "interrupted" after 3 steps, checkpoint at step 2
     for _ in range(3):
         trainer.step()
     trainer.close()
-    run_configs([config], progress=False)
-    run_dir = tmp_path / "a" / "r"
-    assert sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".")) == ["config.json", "metrics.jsonl"]
+    run_studies([run], progress=False)
+    run_dir = tmp_path / "a" / "r-seed0"
+    assert sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".")) == ["config.json", "eval.jsonl", "metrics.jsonl"]
     rows = _rows(run_dir / "metrics.jsonl")
     assert [row["step"] for row in rows] == [0, 1, 2, 3]
-    assert _untimed(rows) == _untimed(_rows(tmp_path / "b" / "r" / "metrics.jsonl"))
+    assert _untimed(rows) == _untimed(_rows(tmp_path / "b" / "r-seed0" / "metrics.jsonl"))
+    # the fixed set is evaluated at steps 2 and 4, sampled and greedy, the same after the resume
+    evaluations = read_evaluations(run_dir)
+    assert [(row["step"], row["mode"]) for row in evaluations] == [(2, "sampled"), (2, "greedy"), (4, "sampled"), (4, "greedy")]
+    assert evaluations == read_evaluations(tmp_path / "b" / "r-seed0")
     before = (run_dir / "metrics.jsonl").stat().st_mtime_ns
-    run_configs([config], progress=False)  # finished: nothing runs, nothing is rewritten
+    run_studies([run], progress=False)  # finished: nothing runs, nothing is rewritten
+    assert (run_dir / "metrics.jsonl").stat().st_mtime_ns == before
+    assert estimate_seconds([run], [tmp_path / "b"]) == (0.0, [])  # nothing left to do
+    # the same folder asked for with another schedule: refused, never started again from nothing
+    with pytest.raises(ValueError, match="another schedule .*no evaluation at step 3"):
+        run_studies([Run(chz.replace(run.config, max_steps=3), eval_every=3, eval_games=2)], progress=False)
     assert (run_dir / "metrics.jsonl").stat().st_mtime_ns == before
 
 
-def test_summary_table_averages_windows_over_seeds(tmp_path):
-    for seed, successes in enumerate(([0.0, 0.2, 0.6, 1.0], [0.2, 0.2, 0.4, 0.6], [0.5, 0.5])):  # seed 2 unfinished
-        run = tmp_path / f"rebn-seed{seed}"
-        run.mkdir()
-        (run / "config.json").write_text(json.dumps({"max_steps": 4}))
-        (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "sampler/success_rate": s}) + "\n" for i, s in enumerate(successes)))
+def test_a_finished_run_without_its_last_evaluation_is_evaluated_on_resume(tmp_path):
+    run = _tiny_run(tmp_path, "a")
+    trainer = Trainer(run.config, progress=False)
+    for _ in range(4):
+        trainer.step()
+    trainer.save_checkpoint()  # killed after the last step, before its evaluation
+    trainer.close()
+    seconds, unknown = estimate_seconds([run], [tmp_path / "nowhere"])
+    assert unknown == ["r"]
+    run_studies([run], progress=False)
+    assert [row["step"] for row in read_evaluations(tmp_path / "a" / "r-seed0")] == [4, 4]  # step 2 passed unevaluated
+    assert len(_rows(tmp_path / "a" / "r-seed0" / "metrics.jsonl")) == 4
+
+
+def test_worker_processes_give_the_same_runs_as_one_process(tmp_path):
+    runs = [_tiny_run(tmp_path, "one", gamma=g) for g in (0.5, 1.0)]
+    runs = [Run(chz.replace(r.config, run_name=f"g{r.config.gamma}-seed0"), eval_every=4, eval_games=2) for r in runs]
+    parallel = [Run(chz.replace(r.config, log_dir=str(tmp_path / "two")), 4, 2) for r in runs]
+    run_studies(runs, progress=False)
+    timings = run_studies(parallel, jobs=2, progress=False)
+    assert sorted(t.run for t in timings) == ["g0.5-seed0", "g1.0-seed0"] and all(t.cpu_s > 0 for t in timings)
+    for run in runs:
+        name = run.config.run_name
+        assert _untimed(_rows(tmp_path / "one" / name / "metrics.jsonl")) == _untimed(_rows(tmp_path / "two" / name / "metrics.jsonl"))
+        assert read_evaluations(tmp_path / "one" / name) == read_evaluations(tmp_path / "two" / name)
+
+
+def _fake_run(root, name, seed, successes, max_steps=None, evaluation=None):
+    run = root / f"{name}-seed{seed}"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"max_steps": max_steps or len(successes), "seed": seed}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "sampler/success_rate": s}) + "\n" for i, s in enumerate(successes)))
+    if evaluation is not None:
+        (run / "eval.jsonl").write_text(json.dumps({"step": len(successes), "mode": "sampled", "success": evaluation}) + "\n")
+
+
+def test_outcome_and_contrast_tables_from_run_folders(tmp_path):
+    root = tmp_path / "algorithms"
+    for seed in range(6):
+        _fake_run(root, "guess-rebn", seed, [0.0] * 12, evaluation=0.5 + seed / 100)
+        _fake_run(root, "guess-grpo", seed, [0.0] * 12, evaluation=0.4 + seed / 50)
+    _fake_run(root, "guess-ppo", 0, [0.5], max_steps=4, evaluation=1.0)  # unfinished: left out
     assert sorted(group_runs({"rebn-seed0": 1, "rebn-seed1": 2, "none-seed0": 3})) == ["none", "rebn"]
-    table = summary_table(tmp_path, window=2)
-    row = table.loc["rebn"]
-    assert row["seeds"] == 2
-    assert row["success_rate first"] == pytest.approx(0.15)  # (0.1 + 0.2) / 2
-    assert row["success_rate last"] == pytest.approx(0.65)  # (0.8 + 0.5) / 2
-    assert row["success_rate last std"] == pytest.approx(0.15)
-    assert row["success_rate gain"] == pytest.approx(0.5)
+    table = outcome_table(root)
+    assert list(table.index) == ["guess-grpo", "guess-rebn"] and set(table["source"]) == {"eval-sampled"}
+    assert table.loc["guess-rebn", "success mean [95% CI]"].startswith("0.525 [")  # mean of 0.50..0.55
+    contrasts = contrast_table(root, "algorithms")
+    row = contrasts.loc["guess-rebn - guess-grpo: success"]
+    # differences 0.10, 0.09, ..., 0.05: all positive, so the exact sign-flip p is 2/64
+    assert row["seeds"] == 6 and row["difference"] == pytest.approx(0.075) and row["p"] == pytest.approx(2 / 64)
+    assert row["p (Holm)"] == pytest.approx(2 / 64)  # the only contrast with both arms present
+    assert row["verdict"] == "resolved: guess-rebn better"
+    same = contrast_table(root, "algorithms", source="train").loc["guess-rebn - guess-grpo: success"]  # both 0 in training
+    assert (same["difference"], same["p"], same["verdict"]) == (0.0, 1.0, "not resolved")
+
+
+def test_best_learning_rates_are_chosen_per_method_on_the_tuning_runs(tmp_path):
+    root = tmp_path / "tuning"
+    for seed in TUNING_SEEDS:
+        for lr in LEARNING_RATES:
+            _fake_run(root, f"guess-rebn-lr{lr:g}", seed, [0.0] * 3, evaluation=0.9 if lr == LEARNING_RATES[0] else 0.3)
+    _fake_run(root, f"guess-ppo-lr{LEARNING_RATES[0]:g}", 100, [0.0], evaluation=1.0)  # an incomplete sweep
+    assert best_learning_rates(root) == {"guess-rebn": LEARNING_RATES[0]}
+    with pytest.raises(FileNotFoundError, match="--study tuning"):
+        best_learning_rates(tmp_path / "missing")
 
 
 def test_a_study_run_reruns_from_its_config_json_with_the_same_metrics(tmp_path):
     from gemlab.train import main
 
-    config = chz.replace(study_configs("algorithms", tmp_path / "data", steps=2, seeds=[0])[2], batch_size=16, num_env=8)
+    rates = {f"guess-{m}": 2e-3 for m in ("reinforce", "rebn", "grpo", "ppo")}
+    run = study_runs("algorithms", tmp_path / "data", steps=2, seeds=[0], learning_rates=rates, environments=["guess"], eval_every=0)[2]
+    config = chz.replace(run.config, batch_size=16, num_env=8)
     assert config.advantage == "grpo"  # grouped envs and per-episode advantages, the most state to replay
-    run_configs([config], progress=False)
+    run_studies([Run(config, eval_every=0)], progress=False)
     saved = tmp_path / "data" / "algorithms" / config.run_name
     assert main([f"config={saved / 'config.json'}", f"log_dir={tmp_path / 'again'}"]) == 0
     again = _rows(tmp_path / "again" / config.run_name / "metrics.jsonl")

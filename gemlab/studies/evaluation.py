@@ -1,0 +1,90 @@
+"""The studies' low-noise metric: a fixed evaluation set played every ``eval_every`` steps.
+
+Game ``i`` of the set is the env reset with seed ``EVAL_SEED + i`` whatever the run's own seed, so
+every arm and every seed of a study faces the same secret numbers (or questions), and each turn's
+sampling seed is fixed, so evaluating the same weights twice gives the same numbers. It is played
+twice, sampled (temperature 1, as in training) and greedy (temperature 0), apart from the training
+rollouts, and recorded in the run folder's ``eval.jsonl``: one row per step and mode with success,
+turns per game and turns per won game.
+
+``gemlab.evaluate`` (issue 23's fixed evaluation set) is used to play the games when it is
+importable; until then ``play_fixed_set`` below plays them with the one episode loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+from gemlab.envs import make_envs
+from gemlab.episodes import collect_episode
+from gemlab.run_folder import atomic_write_text, read_rows, rows_text
+from gemlab.seeds import derive_seed
+
+EVAL_FILE = "eval.jsonl"
+EVAL_SEED = 10_000  # far from the small seeds training runs use
+MODES = {"sampled": 1.0, "greedy": 0.0}  # mode -> temperature
+
+
+async def play_fixed_set(sampling_client: Any, tokenizer: Any, *, env_id: str, template: Any, max_tokens: int, num_games: int, temperature: float, env_wrappers: str) -> list[tuple[bool, int]]:
+    """(won, turns) of each game of the fixed set, played concurrently by ``sampling_client``."""
+    try:
+        from gemlab.evaluate import evaluate_async  # issue 23's fixed set, once it is on main
+    except ImportError:
+        evaluate_async = None
+    if evaluate_async is not None:
+        result = await evaluate_async(
+            sampling_client, tokenizer, env_id=env_id, template=template, max_tokens=max_tokens,
+            num_games=num_games, temperature=temperature, env_wrappers=env_wrappers,
+        )
+        return list(zip(result.wins, result.num_turns))
+    envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers=env_wrappers, tokenizer=tokenizer)
+    episodes = await asyncio.gather(*(
+        collect_episode(
+            sampling_client, env, tokenizer=tokenizer, template=template, max_tokens=max_tokens,
+            temperature=temperature, seed=derive_seed(EVAL_SEED, index), env_index=index, reset_seed=EVAL_SEED + index,
+        )
+        for index, env in enumerate(envs)
+    ))
+    return [(episode.won, episode.num_turns) for episode in episodes]
+
+
+def summarize(games: list[tuple[bool, int]]) -> dict[str, float]:
+    """Success, turns per game and turns per won game (NaN when no game was won)."""
+    won_turns = [turns for won, turns in games if won]
+    return {
+        "success": sum(won for won, _ in games) / len(games),
+        "turns_per_game": sum(turns for _, turns in games) / len(games),
+        "turns_per_won_game": sum(won_turns) / len(won_turns) if won_turns else math.nan,
+        "num_games": len(games),
+    }
+
+
+def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
+    """Play the fixed set with the trainer's current weights in both modes and record the rows in
+    ``eval.jsonl`` (rows of this step or later, left by an interrupted run, are replaced)."""
+    config = trainer.config
+
+    async def both_modes() -> list[dict[str, Any]]:
+        client = await trainer.training_client.save_weights_and_get_sampling_client_async()
+        rows = []
+        for mode, temperature in MODES.items():
+            games = await play_fixed_set(
+                client, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens,
+                num_games=num_games, temperature=temperature, env_wrappers=config.env_wrappers,
+            )
+            rows.append({"step": trainer.step_index, "mode": mode, **summarize(games)})
+        return rows
+
+    rows = trainer.run_on_loop(both_modes())
+    path = Path(trainer.run_dir) / EVAL_FILE
+    kept = [row for row in read_rows(path).rows if row["step"] < trainer.step_index]
+    atomic_write_text(path, rows_text(kept + rows))
+    return rows
+
+
+def read_evaluations(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run folder's ``eval.jsonl`` (empty when it has none)."""
+    return read_rows(Path(run_dir) / EVAL_FILE).rows
