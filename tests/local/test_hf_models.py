@@ -14,7 +14,7 @@ from gemlab.local import LocalServiceClient
 from gemlab.local.hf_models import cached_snapshot
 from gemlab.local.models import TINY_CHAT, resolve_model_name
 from gemlab.tiny.model import load_tiny_tokenizer
-from tests.local.helpers import rl_datum
+from tests.helpers.local import rl_datum
 
 NAME = "acme/mini-chat"
 MARKER_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
