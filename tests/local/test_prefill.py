@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from gemlab.local import sampling
+from gemlab.local import generation
+from gemlab.local.generation import Row, generate
 from gemlab.local.models import TINY, load_model
 from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length
-from gemlab.local.generation import Row, generate
 
 
 def test_shared_prefix_leaves_each_row_a_token_of_its_own():
@@ -27,7 +27,7 @@ def _rows(prompts, seed=0):
 def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
     """Fixed seeds: the same tokens, and logprobs within 1e-4 nats (other matmul shapes round differently)."""
     lm = load_model(TINY, torch.device("cpu"))
-    monkeypatch.setattr(sampling, "worth_sharing", lambda model: True)
+    monkeypatch.setattr(generation, "worth_sharing", lambda model: True)
     prefix = list(range(10, 10 + MIN_SHARED_TOKENS + 4))
     prompts = [prefix + [3], prefix + [4, 5, 6], prefix + [7, 8], prefix + [9] * 5]
     batched = generate(lm.model, _rows(prompts), lm.pad_token_id, str)
