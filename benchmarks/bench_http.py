@@ -28,7 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.local.http_server import ServerProcess  # noqa: E402
+from tests.helpers.http_server import ServerProcess  # noqa: E402
 
 CLIENT = textwrap.dedent(
     '''
