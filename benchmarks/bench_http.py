@@ -28,7 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.local.http_server import ServerProcess  # noqa: E402
+from tests.helpers.http_server import ServerProcess  # noqa: E402
 
 CLIENT = textwrap.dedent(
     '''
@@ -73,16 +73,21 @@ def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
         progress=False,
     )
     times: dict[str, list[float]] = {"in-process": [], "over HTTP": []}
+    phases: dict[str, list[dict[str, float]]] = {"in-process": [], "over HTTP": []}
     for step in range(steps + 1):
         for name, trainer in (("in-process", local), ("over HTTP", remote)):
             start = time.perf_counter()
-            trainer.step()
+            metrics = trainer.step()
             if step:
                 times[name].append(time.perf_counter() - start)
+                phases[name].append(metrics)
     local.close()
     remote.close()
     for name, values in times.items():
-        print(f"  {name:11s} median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f}, n={len(values)})")
+        sample = statistics.median(m["time/sample"] for m in phases[name])
+        train = statistics.median(m["time/train"] for m in phases[name])
+        print(f"  {name:11s} median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f}, n={len(values)}); "
+              f"sampling {sample:.3f} s, update {train:.3f} s")
     ratio = statistics.median(times["over HTTP"]) / statistics.median(times["in-process"])
     print(f"  ratio over HTTP / in-process: {ratio:.3f} (target <= 1.15)")
 
@@ -138,6 +143,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "gemlab.local.http", "tokenizer", "gemlab/tiny"], check=True,
                        capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})
         os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
+        os.chdir(workdir)  # from the repo root, the name gemlab/tiny would be read as the folder gemlab/tiny/
         server = ServerProcess(workdir / "data")
         try:
             if not args.skip_laptop:

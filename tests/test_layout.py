@@ -119,3 +119,14 @@ def test_the_emulator_stands_alone() -> None:
         if not (target == "gemlab.local" or target.startswith("gemlab.local."))
     }
     assert not outside, "gemlab/local/ must import nothing from gemlab outside itself: " + "; ".join(sorted(outside))
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in tests/helpers/; a test module is never imported by another."""
+    tests = PACKAGE.parent / "tests"
+    found = set()
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found |= {f"{path.relative_to(tests)} imports {n}" for n in names if n.rpartition(".")[2].startswith("test_")}
+    assert not found, "move shared test code to tests/helpers/: " + "; ".join(sorted(found))

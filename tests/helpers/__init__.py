@@ -2,5 +2,8 @@
 
 - ``local``: prompts, datums and a run's LoRA tensors for the local-backend tests;
 - ``faults``: fault injection (SIGKILL, Ctrl-C at an exact point of a run) for the run-safety tests;
-- ``scripted``: a scripted sampling client that plays fixed guesses.
+- ``scripted``: a scripted sampling client that plays fixed guesses;
+- ``http_server``: a ``python -m gemlab.local.http`` server in its own process, and clients of it;
+- ``cookbook``: tinker-cookbook 0.6.1 installed on first use, and a recipe's logged metrics;
+- ``scripts``: whole Tinker programs as text (a GEM-style RL loop) to run unmodified.
 """

@@ -1,12 +1,15 @@
 """Shared fixtures: one local service client (tiny preset, CPU) with its checkpoints in a
-temporary folder, a fresh training run per test, and a chat prompt."""
+temporary folder, a fresh training run per test, a chat prompt, and tinker-cookbook 0.6.1."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from gemlab.local import TINY, LocalServiceClient
 from gemlab.local.models import load_tokenizer
+from tests.helpers.cookbook import installed_cookbook
 from tests.helpers.local import CHAT
 
 
@@ -24,3 +27,9 @@ def training(service: LocalServiceClient):
 @pytest.fixture(scope="session")
 def prompt() -> list[int]:
     return load_tokenizer(TINY).encode(CHAT)
+
+
+@pytest.fixture(scope="session")
+def cookbook() -> Path:
+    """The installed tinker_cookbook package folder (installed on first use; skips if pip cannot)."""
+    return installed_cookbook()

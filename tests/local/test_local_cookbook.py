@@ -1,11 +1,9 @@
 """tinker-cookbook 0.6.1's own recipes run unmodified under ``python -m gemlab.local -m ...`` with a
 Tinker model name, offline: ``math_rl`` (env=arithmetic, its default loss, then a resume) and
-``sl_basic``. 0.6.1 declares ``tml-renderers``, which the package index does not have, so it is
-installed with ``--no-deps`` next to the few packages these recipes import (the ``test`` extra)."""
+``sl_basic`` (the cookbook is installed by the ``cookbook`` fixture, tests/helpers/cookbook.py)."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
 import os
@@ -15,39 +13,10 @@ from pathlib import Path
 
 import pytest
 
-COOKBOOK = "tinker-cookbook==0.6.1"
-IMPORTS = ["datasets", "termcolor", "blobfile", "sympy", "pylatexenc", "math-verify"]
-MODEL = "Qwen/Qwen3-4B-Instruct-2507"
+from tests.helpers.cookbook import MODEL, metrics
+
 NOTICE = f"gemlab.local: {MODEL} is not available locally; using gemlab/tiny-chat instead"
 pytestmark = pytest.mark.slow  # installs the cookbook, then runs its recipes in subprocesses
-
-
-def _pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True)
-
-
-@pytest.fixture(scope="module")
-def cookbook() -> Path:
-    """The installed tinker_cookbook package folder (installing it first if needed)."""
-    try:
-        installed = importlib.metadata.version("tinker-cookbook")
-    except importlib.metadata.PackageNotFoundError:
-        installed = None
-    if installed != "0.6.1":
-        done = _pip("--no-deps", COOKBOOK)
-        if done.returncode != 0:
-            pytest.skip(f"could not install {COOKBOOK}: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-    done = subprocess.run([sys.executable, "-c", "import datasets, termcolor, blobfile, math_verify"], capture_output=True)
-    if done.returncode != 0:
-        installed_imports = _pip(*IMPORTS)
-        if installed_imports.returncode != 0:
-            pytest.skip(f"could not install what {COOKBOOK} imports: {installed_imports.stderr.strip()[-300:]}")
-    spec = subprocess.run(
-        [sys.executable, "-c", "import tinker_cookbook, os; print(os.path.dirname(tinker_cookbook.__file__))"],
-        capture_output=True,
-        text=True,
-    )
-    return Path(spec.stdout.strip())
 
 
 def run_local(module: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -65,10 +34,6 @@ def run_local(module: str, args: list[str], tmp_path: Path) -> subprocess.Comple
     )
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
     return done
-
-
-def metrics(log: Path) -> list[dict]:
-    return [json.loads(line) for line in (log / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_math_rl_with_its_default_loss_then_resumed(cookbook: Path, tmp_path: Path):

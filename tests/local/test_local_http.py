@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.local.http_server import ServerProcess, run_client
+from tests.helpers.http_server import ServerProcess, run_client
 
 CLIENT = textwrap.dedent(
     '''

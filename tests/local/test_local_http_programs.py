@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.local.http_server import ROOT, ServerProcess, run_client
-from tests.local.test_local_cookbook import MODEL, cookbook, metrics  # noqa: F401 (cookbook: a fixture)
-from tests.local.test_local_runner import GEM_STYLE_SCRIPT
+from tests.helpers.cookbook import MODEL, metrics
+from tests.helpers.http_server import ROOT, ServerProcess, run_client
+from tests.helpers.scripts import GEM_STYLE_SCRIPT
 
 pytestmark = pytest.mark.slow
 GEM_MODEL = "Qwen/Qwen3-8B-Base"
@@ -61,7 +61,7 @@ def test_gems_tinker_loop_over_http(hf_home: Path, server: ServerProcess, tmp_pa
     assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
 
 
-def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):  # noqa: F811
+def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):
     log = tmp_path / "math_rl"
     args = [f"model_name={MODEL}", "env=arithmetic", "group_size=2", "groups_per_batch=2", f"log_path={log}"]
     module = ["-m", "tinker_cookbook.recipes.math_rl.train"]
@@ -76,7 +76,7 @@ def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, 
     assert [row["step"] for row in metrics(log) if "optim/lr" in row] == [0, 1, 2]
 
 
-def test_cookbook_sl_basic_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):  # noqa: F811
+def test_cookbook_sl_basic_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):
     log, builder = tmp_path / "sl_basic", "dataset_builder"
     run_client(
         server,

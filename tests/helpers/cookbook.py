@@ -1,0 +1,49 @@
+"""tinker-cookbook 0.6.1 for the tests that run its recipes: installed on first use with
+``--no-deps`` (0.6.1 declares ``tml-renderers``, which the package index does not have) next to the
+few packages its ``math_rl`` and ``sl_basic`` import; a recipe's logged metrics."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COOKBOOK = "tinker-cookbook==0.6.1"
+IMPORTS = ["datasets", "termcolor", "blobfile", "sympy", "pylatexenc", "math-verify"]
+MODEL = "Qwen/Qwen3-4B-Instruct-2507"  # the Tinker model name the recipes are run with
+
+
+def _pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True)
+
+
+def installed_cookbook() -> Path:
+    """The installed tinker_cookbook package folder, installing it first if needed (skips the
+    calling test when pip cannot)."""
+    try:
+        installed = importlib.metadata.version("tinker-cookbook")
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed != "0.6.1":
+        done = _pip("--no-deps", COOKBOOK)
+        if done.returncode != 0:
+            pytest.skip(f"could not install {COOKBOOK}: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+    done = subprocess.run([sys.executable, "-c", "import datasets, termcolor, blobfile, math_verify"], capture_output=True)
+    if done.returncode != 0:
+        installed_imports = _pip(*IMPORTS)
+        if installed_imports.returncode != 0:
+            pytest.skip(f"could not install what {COOKBOOK} imports: {installed_imports.stderr.strip()[-300:]}")
+    spec = subprocess.run(
+        [sys.executable, "-c", "import tinker_cookbook, os; print(os.path.dirname(tinker_cookbook.__file__))"],
+        capture_output=True,
+        text=True,
+    )
+    return Path(spec.stdout.strip())
+
+
+def metrics(log: Path) -> list[dict]:
+    return [json.loads(line) for line in (log / "metrics.jsonl").read_text().splitlines()]

@@ -1,0 +1,104 @@
+"""What keeps HTTP fast: the server's connections send small responses at once (no Nagle), and the
+sampling gate (gemlab/local/http/gate.py) starts a session's burst of requests together."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from concurrent.futures import Future
+
+import pytest
+
+from gemlab.local.http.__main__ import listening_socket
+from gemlab.local.http.gate import SampleGate
+
+
+class Started:
+    """What a local backend's ``sample`` returns: an object with a concurrent ``_future``."""
+
+    def __init__(self, log: list[int], value: int):
+        log.append(value)
+        self._future: Future = Future()
+        self._future.set_result(value)
+
+
+async def burst(gate: SampleGate, session: str, values: list[int], log: list[int], gap_s: float = 0.0) -> list[int]:
+    async def one(value: int) -> int:
+        return await gate.run(session, lambda: Started(log, value))
+
+    tasks = []
+    for value in values:
+        tasks.append(asyncio.ensure_future(one(value)))
+        await asyncio.sleep(gap_s)
+    return await asyncio.gather(*tasks)
+
+
+def test_requests_a_few_ms_apart_start_in_one_turn():
+    async def main() -> None:
+        gate, log = SampleGate(quiet_s=0.2), []
+        task = asyncio.ensure_future(burst(gate, "a", [1, 2, 3, 4], log, gap_s=0.01))
+        await asyncio.sleep(0.1)
+        assert log == []  # none started while more were coming
+        assert await task == [1, 2, 3, 4] and log == [1, 2, 3, 4]
+        assert gate.expected("a") == 4
+
+    asyncio.run(main())
+
+
+def test_a_burst_as_large_as_the_last_goes_without_waiting_for_quiet():
+    async def main() -> None:
+        gate, log = SampleGate(quiet_s=0.01), []
+        await burst(gate, "a", [1, 2, 3], log)
+        gate.quiet_s = gate.max_wait_s = 60.0  # only the count can release it now
+        assert await asyncio.wait_for(burst(gate, "a", [4, 5, 6], log), timeout=10) == [4, 5, 6]
+
+    asyncio.run(main())
+
+
+def test_a_smaller_burst_goes_after_the_quiet_time_and_sessions_wait_apart():
+    async def main() -> None:
+        gate, log = SampleGate(quiet_s=0.01), []
+        await burst(gate, "a", [1, 2, 3], log)
+        assert await asyncio.wait_for(burst(gate, "a", [4, 5], log), timeout=10) == [4, 5]
+        assert await asyncio.wait_for(burst(gate, "b", [6], log), timeout=10) == [6]
+        gate.keep(["b"])
+        assert gate.expected("a") == 0 and gate.expected("b") == 1
+
+    asyncio.run(main())
+
+
+def test_a_bad_request_fails_alone():
+    async def main() -> None:
+        gate, log = SampleGate(quiet_s=0.01), []
+
+        def bad() -> Started:
+            raise ValueError("bad prompt")
+
+        good = asyncio.ensure_future(gate.run("a", lambda: Started(log, 1)))
+        with pytest.raises(ValueError, match="bad prompt"):
+            await gate.run("a", bad)
+        assert await good == 1
+
+    asyncio.run(main())
+
+
+def test_the_servers_connections_have_nagle_off():
+    """asyncio sets TCP_NODELAY on the connections of the server's socket (else each response
+    waits 40 ms for a delayed ACK)."""
+
+    async def main() -> int:
+        accepted: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connect, sock=listening_socket("127.0.0.1", 0))
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        nodelay = await asyncio.wait_for(accepted, timeout=10)
+        writer.close()
+        server.close()
+        return nodelay
+
+    assert asyncio.run(main()) != 0
