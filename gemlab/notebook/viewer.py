@@ -573,7 +573,8 @@ def metrics_table(rows: Iterable[Mapping[str, float]], columns: Sequence[str] | 
 # ----- playing by hand ------------------------------------------------------------------------
 class InteractiveGame:
     """Play a GEM text game by hand in the notebook: type an action and press Enter (or *Play*);
-    the episode so far redraws in the episode viewer under a status line (in progress, won, lost).
+    under a status line (in progress, won, lost) the game's newest words come first, then the
+    episode so far in the episode viewer.
     *New game* resets the env; playing after the end is refused with a message.
 
     ``InteractiveGame(env).widget`` is the ipywidgets box to display; ``play(action)`` and
@@ -643,10 +644,11 @@ class InteractiveGame:
             added = new_text(self.episode.transitions[-1].observation, self.observation)[1]
             last = " ".join(line for line in added.splitlines() if line.strip() and not line.startswith("Enter your"))
             status_html = f'<div style="margin-top:6px; text-align:left"><b>Game over.</b> The game\'s last words: <i>{_esc(last)}</i> Press <b>New game</b> to play again.</div>'
-        else:
-            status_html = f'<div style="margin-top:6px; text-align:left">The game says:</div><pre style="{_PRE} background:#f3f3f3; color:#111">{_esc(self.observation)}</pre>'
+        else:  # only what the game just said (the history repeats below), right under the action box
+            said = new_text(self.episode.transitions[-1].observation, self.observation)[1] if self.episode.transitions else self.observation
+            status_html = f'<div style="margin-top:6px; text-align:left">The game says:</div><pre style="{_PRE} background:#f3f3f3; color:#111">{_esc(said.strip())}</pre>'
         history = episode_html(self.episode, gamma=self.gamma, title="Your game so far").source if self.episode.transitions else ""
-        self.output.value = history + status_html
+        self.output.value = status_html + history  # the newest first: no scrolling down to read the hint
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
