@@ -4,12 +4,13 @@ Fails on what an attendee would see as broken: an error output, "Error displayin
 widget shown as plain text, a cell that never ran, a cell stuck at [*], an output too long or a
 page too large, TeX or Markdown that did not render, an output wider than its area
 (``Notebook.problems``; ``tests/browser/test_jupyterlab.py`` shows each check failing). Saves one full-page screenshot per notebook in
-``screenshot_dir``. Notebook 02's game widget is also played: type a guess, press Enter, and the
+``screenshot_dir``, beside the notebook as the browser saved it (outputs included). Notebook 02's game widget is also played: type a guess, press Enter, and the
 page must change. Notebooks are discovered, so new ones are covered when they land.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
         problems = notebook.problems()
     finally:  # a screenshot of what went wrong, too
         shot = notebook.screenshot(screenshot_dir / name.replace(".ipynb", ".png"))
+        shutil.copy(lab.root / notebook.path, screenshot_dir / name)  # as saved by the browser, with its outputs
         print(f"{name}: {time.monotonic() - start:.0f} s in the browser; screenshot {shot}")
     fixed = [defect for defect in KNOWN_DEFECTS.get(name, []) if not any(defect in problem for problem in problems)]
     assert fixed == [], f"{name}: fixed, remove from KNOWN_DEFECTS in tests/browser/jupyterlab.py: {fixed}"
