@@ -101,7 +101,6 @@ STUCK_AFTER_S = 15
 #: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails
 #: test_notebooks_in_browser.py, so the entry goes when the fix lands.
 KNOWN_DEFECTS = {
-    "06_the_laptop_recipe.ipynb": ["MathJax error: \\textbackslash"],
     "07_hyperparameter_lab.ipynb": ["output wider than its area"],
     "08_reproducing_gem.ipynb": ["output wider than its area"],
 }
