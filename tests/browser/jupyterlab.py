@@ -102,7 +102,6 @@ STUCK_AFTER_S = 15
 #: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails
 #: test_notebooks_in_browser.py, so the entry goes when the fix lands.
 KNOWN_DEFECTS = {
-    "07_hyperparameter_lab.ipynb": ["output wider than its area"],
 }
 
 
