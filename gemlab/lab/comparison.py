@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -93,7 +94,7 @@ def wall_seconds(metrics: pd.DataFrame) -> float | None:
     if "time/train_end" in metrics:
         ends = metrics["time/train_end"].dropna().to_numpy()
         if len(ends):
-            session_last = [a for a, b in zip(ends, ends[1:]) if b < a] + [ends[-1]]
+            session_last = [a for a, b in pairwise(ends) if b < a] + [ends[-1]]
             return round(float(sum(session_last)), 1)
     steps = metrics.get("time/step")
     return round(float(steps.sum()), 1) if steps is not None else None

@@ -101,8 +101,7 @@ STUCK_AFTER_S = 15
 #: Defects the harness found when its checks landed (issue 21), left for the notebook round that
 #: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails
 #: test_notebooks_in_browser.py, so the entry goes when the fix lands.
-KNOWN_DEFECTS = {
-}
+KNOWN_DEFECTS: dict[str, list[str]] = {}
 
 
 def unexpected(notebook: str, problems: list[str]) -> list[str]:

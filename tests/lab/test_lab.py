@@ -86,6 +86,8 @@ def test_stop_ends_after_a_step_and_leaves_a_resumable_checkpoint(tmp_path):
     (run_dir,) = (tmp_path / "runs").iterdir()
     done = len(metrics_rows(run_dir))
     assert 1 <= done < 200
+    assert f"stopped after {done} of 200 steps" in lab.status.value and "time to finish" not in lab.status.value
+    assert lab._live_steps == done  # the chart shows the last step, however few redraws the budget allowed
     checkpoints = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
     assert checkpoints[-1]["step"] == done
     config = Config(**json.loads((run_dir / "config.json").read_text()))
