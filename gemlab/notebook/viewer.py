@@ -486,6 +486,8 @@ class LiveMetrics:
         self.rows: list[dict[str, float]] = []
         self._handle: Any = None
         self._drawn = 0  # rows in the figure on screen
+        # hold the figure's place from the start, so a progress bar printed after it stays below it
+        self._show(Html(f"<i>{_esc(title)}: the curves appear after the first step.</i>"))
 
     def update(self, row: Mapping[str, float]) -> None:
         """Add one step's metrics; redraw if the budget allows it (always at step ``total``)."""
@@ -508,17 +510,23 @@ class LiveMetrics:
 
         with self.budget.drawing():
             figure = self.figure()
-            try:
-                from IPython.display import display
-
-                if self._handle is None:
-                    self._handle = display(figure, display_id=True)
-                else:
-                    self._handle.update(figure)
-            except ImportError:  # outside IPython: nothing to draw on
-                pass
+            self._show(figure)
             plt.close(figure)
         self._drawn = len(self.rows)
+
+    def _show(self, content: Any) -> None:
+        """Show ``content`` in this chart's place in the notebook (nothing outside IPython)."""
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            return
+        if get_ipython() is None:  # a script: nothing to draw on
+            return
+        if self._handle is None:
+            self._handle = display(content, display_id=True)
+        else:
+            self._handle.update(content)
 
     def _progress(self) -> str:
         """``step 12/100, about 1 min 40 s left`` from the steps' wall times so far."""
