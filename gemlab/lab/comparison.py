@@ -111,8 +111,8 @@ def comparison_figure(runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARE
             if metric in run.metrics:
                 ax.plot(run.metrics["step"], smooth(run.metrics[metric], smoothing), lw=2, color=f"C{index % 10}", label=label)
         _decorate(ax, metric)
-    if runs:
-        axes[-1].legend(fontsize=8, loc="best")
+    if runs:  # below the panels: long labels of many runs never cover the curves
+        fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="outside lower center", ncols=1 + (len(runs) > 3))
     else:
         axes[0].text(0.5, 0.5, "no runs to compare yet: press Run", ha="center", va="center", transform=axes[0].transAxes)
     suffix = f", moving average over {smoothing} steps" if smoothing > 1 else ""

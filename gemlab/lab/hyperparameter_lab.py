@@ -280,7 +280,8 @@ class HyperparameterLab:
         runs = self.comparison_runs()
         self.comparison.value = figure_png(comparison_figure(runs))
         table = runs_table(runs)
-        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 10px; text-align: left; border-bottom: 1px solid #ddd; white-space: nowrap}</style>"
+        # cells wrap: a table of many runs and settings fits the output area instead of scrolling sideways
+        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 8px; text-align: left; border-bottom: 1px solid #ddd}</style>"
         self.table.value = css + table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
 
     def _new_watch_service(self) -> Any:

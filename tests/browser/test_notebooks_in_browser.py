@@ -4,7 +4,8 @@ Fails on what an attendee would see as broken: an error output, "Error displayin
 widget shown as plain text, a cell that never ran, a cell stuck at [*], an output too long or a
 page too large, TeX or Markdown that did not render, an output wider than its area
 (``Notebook.problems``; ``tests/browser/test_jupyterlab.py`` shows each check failing). Saves one full-page screenshot per notebook in
-``screenshot_dir``, beside the notebook as the browser saved it (outputs included). Notebook 02's game widget is also played: type a guess, press Enter, and the
+``screenshot_dir``, beside the notebook as the browser saved it, outputs included
+(``NAME.browser.json``). Notebook 02's game widget is also played: type a guess, press Enter, and the
 page must change. Notebooks are discovered, so new ones are covered when they land.
 """
 
@@ -34,7 +35,8 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
         problems = notebook.problems()
     finally:  # a screenshot of what went wrong, too
         shot = notebook.screenshot(screenshot_dir / name.replace(".ipynb", ".png"))
-        shutil.copy(lab.root / notebook.path, screenshot_dir / name)  # as saved by the browser, with its outputs
+        # as saved by the browser, outputs included; not *.ipynb, which pytest --nbmake would collect
+        shutil.copy(lab.root / notebook.path, screenshot_dir / name.replace(".ipynb", ".browser.json"))
         print(f"{name}: {time.monotonic() - start:.0f} s in the browser; screenshot {shot}")
     fixed = [defect for defect in KNOWN_DEFECTS.get(name, []) if not any(defect in problem for problem in problems)]
     assert fixed == [], f"{name}: fixed, remove from KNOWN_DEFECTS in tests/browser/jupyterlab.py: {fixed}"
