@@ -25,8 +25,8 @@ from gemlab.lab import HyperparameterLab
 async def measure(lab: HyperparameterLab, steps_after_first: int) -> tuple[float, float]:
     """Seconds to the first curve point, and the median seconds of the next steps."""
     lab.run_button.click()
-    target = lab.live_redraws + 1 + steps_after_first
-    while lab.live_redraws < target:
+    lab.trainer = None  # the new run's Trainer replaces it once the model is loaded
+    while lab.trainer is None or lab.trainer.step_index < 1 + steps_after_first:
         await asyncio.sleep(0.01)
     first = lab.first_point_seconds
     lab.stop_button.click()

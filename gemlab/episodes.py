@@ -363,7 +363,10 @@ async def collect_batch(
                 batch.errors.append(repr(result))
             else:
                 batch.episodes.append(result)
-                if progress is not None:
-                    progress.update(result.num_turns)
+        if progress is not None:
+            played = sum(result.num_turns for result in results if not isinstance(result, BaseException))
+            if progress.total is not None and progress.n + played > progress.total:
+                progress.total = progress.n + played  # whole episodes overshoot: end full, not at "225/?"
+            progress.update(played)
         round_index += 1
     return batch

@@ -136,3 +136,12 @@ def test_max_turns_cuts_an_episode_and_a_waiting_policy_is_refused_without_a_loo
     with pytest.raises(RuntimeError, match="use `await play_episode"):
         play_episode_now(env, slow)
     assert asyncio.run(play_episode(env, slow, max_turns=3)).num_turns == 3
+
+
+def test_the_progress_bar_ends_full_when_whole_episodes_overshoot_the_batch():
+    from tqdm import tqdm
+
+    with tqdm(total=3, disable=False, file=open("/dev/null", "w")) as bar:
+        batch = _batch(ScriptedSampler([5, 3, 8, 1]), 4, 3, progress=bar)
+        assert batch.num_transitions > 3  # four games of several turns each
+        assert bar.n == bar.total == batch.num_transitions  # not "n/?" past the total

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -71,11 +72,32 @@ def runs_table(runs: Sequence[SavedRun]) -> pd.DataFrame:
         success = run.metrics.get("sampler/success_rate")
         row[f"final success (last {FINAL_WINDOW} steps)"] = round(float(success.tail(FINAL_WINDOW).mean()), 3) if success is not None and len(success) else None
         row["steps"] = f"{run.steps_done}/{run.config.get('max_steps', '?')}"
-        row["status"] = run.status
-        wall = run.metrics.get("time/step")
-        row["wall time (s)"] = round(float(wall.sum()), 1) if wall is not None else None
+        row["status"] = _status(run)
+        row["wall time (s)"] = wall_seconds(run.metrics)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _status(run: SavedRun) -> str:
+    """The run folder's status, except that a run whose metrics reach ``max_steps`` but that has no
+    weights (precomputed runs ship their metrics only) is "finished (metrics only)"."""
+    if run.status == "no checkpoint" and run.steps_done >= int(run.config.get("max_steps", 0) or 0) > 0:
+        return "finished (metrics only)"
+    return run.status
+
+
+def wall_seconds(metrics: pd.DataFrame) -> float | None:
+    """The run's real wall time: from each session's start (the ``Trainer`` made, model loaded) to
+    its last step's end, summed over the sessions of a resumed run. ``time/train_end`` counts from
+    a session's start, so a value lower than the one before starts a new session. Runs logged
+    without it fall back to the sum of ``time/step`` (the time inside steps only)."""
+    if "time/train_end" in metrics:
+        ends = metrics["time/train_end"].dropna().to_numpy()
+        if len(ends):
+            session_last = [a for a, b in pairwise(ends) if b < a] + [ends[-1]]
+            return round(float(sum(session_last)), 1)
+    steps = metrics.get("time/step")
+    return round(float(steps.sum()), 1) if steps is not None else None
 
 
 def comparison_figure(runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARED_METRICS, *, smoothing: int = 1) -> Figure:
@@ -89,8 +111,8 @@ def comparison_figure(runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARE
             if metric in run.metrics:
                 ax.plot(run.metrics["step"], smooth(run.metrics[metric], smoothing), lw=2, color=f"C{index % 10}", label=label)
         _decorate(ax, metric)
-    if runs:
-        axes[-1].legend(fontsize=8, loc="best")
+    if runs:  # below the panels: long labels of many runs never cover the curves
+        fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="outside lower center", ncols=1 + (len(runs) > 3))
     else:
         axes[0].text(0.5, 0.5, "no runs to compare yet: press Run", ha="center", va="center", transform=axes[0].transAxes)
     suffix = f", moving average over {smoothing} steps" if smoothing > 1 else ""

@@ -74,7 +74,7 @@ class Controls:
                 ensure_option=False,
                 description="env (level)",
                 style=style,
-                layout=wide,
+                layout=widgets.Layout(width="340px"),  # the longest id, game:GuessTheNumber-v0-hard, shows whole
             ),
         }
         self.widgets["loss_fn"].observe(lambda _: self._show_clip(), names="value")

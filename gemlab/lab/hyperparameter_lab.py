@@ -27,6 +27,7 @@ from gemlab.lab.watch import play_saved_policy
 from gemlab.episodes import Episode
 from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
 from gemlab.trainer import Trainer, TrainingDiverged
+from gemlab.notebook.redraw import RedrawBudget
 from gemlab.notebook.viewer import episode_html
 
 LIVE_PANELS = (
@@ -57,6 +58,8 @@ class HyperparameterLab:
         self.task: asyncio.Task | None = None  # the runs started by Run or a preset
         self.watch_task: asyncio.Task | None = None  # a saved policy loading and playing
         self.live_redraws = 0  # how many times the live chart showed a new step
+        self.redraw_budget = RedrawBudget()  # live redraws take at most 5% of a run's wall time
+        self._live_steps = 0  # steps in the live chart on screen
         self.first_point_seconds: float | None = None  # from pressing Run to the first curve point
         self.last_status = ""  # how the last run ended: "finished", "stopped", "failed"
         self._stop = False
@@ -68,7 +71,8 @@ class HyperparameterLab:
         self.preset_buttons = {name: widgets.Button(description=name, layout=widgets.Layout(width="auto")) for name in COMPARISONS}
         self.message = widgets.HTML()
         self.status = widgets.HTML("Set the controls and press <b>Run</b>.")
-        self.live = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
+        # hidden until its first curve: an Image with no picture shows a broken-image icon
+        self.live = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", display="none"))
         self.run_picker = widgets.SelectMultiple(description="compare", rows=8, layout=widgets.Layout(width="560px"))
         self.refresh_button = widgets.Button(description="Refresh runs", icon="refresh")
         self.comparison = widgets.Image(format="png", layout=widgets.Layout(max_width="100%"))
@@ -221,6 +225,10 @@ class HyperparameterLab:
         self.trainer = trainer = await asyncio.to_thread(Trainer, config, progress=False)  # checkpoints go in the run folder
         self.refresh()
         step_times: list[float] = []
+        self.redraw_budget = budget = RedrawBudget()
+        self._live_steps, self.last_status = 0, ""
+        labels = {"train/kl_sample_train_v1": "sample-vs-train KL (nats)", "train/loss:sum": f"{config.loss_fn.replace('_', ' ')} loss (sum)"}
+        started = time.time()
 
         async def on_step(metrics: dict[str, float]) -> None:
             step_times.append(metrics["time/step"])
@@ -228,9 +236,9 @@ class HyperparameterLab:
                 self._last_episode = (trainer.last_batch.episodes[0], int(metrics["step"]), config.gamma)
             done, total = trainer.step_index, config.max_steps
             eta = eta_seconds(step_times, total - done)
-            title = f"{config.run_name}: step {done}/{total}, loss {config.loss_fn}"
-            labels = {"train/kl_sample_train_v1": "sample-vs-train KL (nats)", "train/loss:sum": f"{config.loss_fn.replace('_', ' ')} loss (sum)"}
-            await self._draw_live(pd.DataFrame(trainer.history), title, labels)
+            if budget.due(final=done >= total):
+                with budget.drawing():
+                    await self._draw_live(pd.DataFrame(trainer.history), f"{config.run_name}: step {done}/{total}, loss {config.loss_fn}", labels)
             if len(step_times) == 1:  # the first curve point is on screen
                 self.first_point_seconds = time.time() - pressed
             self.status.value = (
@@ -240,6 +248,8 @@ class HyperparameterLab:
 
         try:
             self.last_status = await train_until(trainer, config.max_steps, stop_requested=lambda: self._stop, on_step=on_step)
+            if self._live_steps < len(trainer.history):  # stopped early: draw the last step
+                await self._draw_live(pd.DataFrame(trainer.history), f"{config.run_name}: {self.last_status} at step {trainer.step_index}", labels)
             self._say(f"{config.run_name} {self.last_status} after {trainer.step_index} step(s); checkpoint saved in {trainer.run_dir}.")
         except Exception as error:  # a failed step: say so in the widget, keep what was done
             self.last_status = "failed"
@@ -248,13 +258,19 @@ class HyperparameterLab:
                 await asyncio.to_thread(trainer.save_checkpoint)
                 kept = f"checkpoint saved at step {trainer.step_index}"
             self._say(f"{config.run_name} failed at step {trainer.step_index}: {error} ({kept})", error=True)
-        finally:
+        finally:  # the status line ends with how the run ended: no time-to-finish left behind
+            self.status.value = (
+                f"<b>{html.escape(config.run_name)}</b>{label}: {self.last_status or 'ended'} after {trainer.step_index} of"
+                f" {config.max_steps} steps, in {format_seconds(time.time() - started)} (live chart: {budget.overhead():.1%} of that time)"
+            )
             await asyncio.to_thread(trainer.close)
             self.refresh()
 
     async def _draw_live(self, frame: pd.DataFrame, title: str, labels: dict[str, str]) -> None:
         self.live.value = await asyncio.to_thread(lambda: figure_png(live_figure(frame, LIVE_PANELS, title=title, labels=labels)))
+        self.live.layout.display = None
         self.live_redraws += 1
+        self._live_steps = len(frame)
 
     def comparison_runs(self) -> list[SavedRun]:
         """The runs chosen in the comparison picker, read from disk."""
@@ -264,7 +280,8 @@ class HyperparameterLab:
         runs = self.comparison_runs()
         self.comparison.value = figure_png(comparison_figure(runs))
         table = runs_table(runs)
-        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 10px; text-align: left; border-bottom: 1px solid #ddd; white-space: nowrap}</style>"
+        # cells wrap: a table of many runs and settings fits the output area instead of scrolling sideways
+        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 8px; text-align: left; border-bottom: 1px solid #ddd}</style>"
         self.table.value = css + table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
 
     def _new_watch_service(self) -> Any:

@@ -33,8 +33,9 @@ What the pieces do:
 size (issue 21): a cell printing more than ``MAX_OUTPUT_LINES`` lines, a cell's output taller
 than ``MAX_OUTPUT_HEIGHT_PX`` or heavier than ``MAX_OUTPUT_NODES`` DOM nodes, a page whose DOM or
 JavaScript heap grew past ``MAX_PAGE_NODES`` / ``MAX_HEAP_MB`` while it ran, a MathJax error or
-Markdown that did not render (raw ``$...$``, backticks, ``|`` table rows, ``**``), and an output
-wider than its area (a horizontal scrollbar hiding columns). ``wait_idle`` (so ``run_all``)
+Markdown that did not render (raw ``$...$``, backticks, ``|`` table rows, ``**``), an output
+wider than its area (a horizontal scrollbar hiding columns) and a line of code wider than its
+editor (at 1400 px with the file browser open, about 120 characters). ``wait_idle`` (so ``run_all``)
 raises :class:`StuckCell` when a cell still shows ``[*]`` ``STUCK_AFTER_S`` seconds after the
 kernel went idle.
 
@@ -100,13 +101,7 @@ STUCK_AFTER_S = 15
 #: Defects the harness found when its checks landed (issue 21), left for the notebook round that
 #: fixes them: each is a piece of a problem line. A listed defect that no longer shows fails
 #: test_notebooks_in_browser.py, so the entry goes when the fix lands.
-KNOWN_DEFECTS = {
-    "01_templates.ipynb": ["a raw backtick (a code span that did not render"],  # `<|im_start|>` splits the table row
-    "04_training_with_lora.ipynb": ["output wider than its area"],
-    "06_the_laptop_recipe.ipynb": ["MathJax error: \\textbackslash"],
-    "07_hyperparameter_lab.ipynb": ["output wider than its area"],
-    "08_reproducing_gem.ipynb": ["output wider than its area"],
-}
+KNOWN_DEFECTS: dict[str, list[str]] = {}
 
 
 def unexpected(notebook: str, problems: list[str]) -> list[str]:
@@ -150,6 +145,11 @@ _MARKDOWN_JS = """panel => [...panel.querySelectorAll('.jp-Cell')].map(cell => {
         return text;
     });
     return {kind: cell.classList.contains('jp-MarkdownCell') ? 'markdown' : 'code', errors, text: texts.join('\\n')};
+})"""
+# Each code cell's editor: content width and visible width (a longer line scrolls sideways).
+_CODE_WIDTH_JS = """panel => [...panel.querySelectorAll('.jp-CodeCell')].map(cell => {
+    const scroller = cell.querySelector('.jp-InputArea-editor .cm-scroller');
+    return scroller ? [scroller.scrollWidth, scroller.clientWidth] : [0, 0];
 })"""
 #: Raw Markdown or TeX left in rendered text: (pattern, what it means).
 UNRENDERED = [
@@ -415,12 +415,16 @@ class Notebook:
         return found
 
     def render_problems(self) -> list[str]:
-        """What did not render: MathJax errors, raw Markdown or TeX left in rendered text, and
-        outputs wider than their area (a horizontal scrollbar hides what is on the right)."""
+        """What did not render: MathJax errors, raw Markdown or TeX left in rendered text, outputs
+        wider than their area and code lines wider than their editor (a horizontal scrollbar hides
+        what is on the right)."""
         found = []
         for index, cell in enumerate(self.panel.evaluate(_OUTPUT_SIZES_JS)):
             for wide in cell["wide"][:1]:
                 found.append(f"cell {index}: output wider than its area, behind a horizontal scrollbar ({wide})")
+        for index, (content, visible) in enumerate(self.panel.evaluate(_CODE_WIDTH_JS)):
+            if content > visible + 1:
+                found.append(f"code cell {index}: a line of code wider than the editor ({content} px in {visible} px: its end is hidden)")
         counts = {"markdown": 0, "code": 0}
         for cell in self.panel.evaluate(_MARKDOWN_JS):
             where = f"{cell['kind']} cell {counts[cell['kind']]}"

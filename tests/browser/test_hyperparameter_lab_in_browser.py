@@ -43,10 +43,12 @@ def test_the_lab_trains_from_the_browser(lab, page, screenshot_dir):
         src = live.get_attribute("src")
         if src != seen[-1]:
             seen.append(src)
-        if f"step {after} of {after}" in widget.inner_text() and run.is_enabled():
+        if f"after {after} of {after} steps" in widget.inner_text() and run.is_enabled():
             break
         page.wait_for_timeout(100)
     assert len(seen) - 1 >= 2, f"the live chart should redraw at least twice during the run; it changed {len(seen) - 1} time(s)"
+    status = widget.inner_text()
+    assert f"finished after {after} of {after} steps" in status and "time to finish" not in status, status[:600]
 
     table_rows = widget.locator("table.gemlab-runs tbody tr")
     page.wait_for_function(

@@ -1,7 +1,7 @@
 """The harness itself: each check of ``Notebook.problems`` / ``wait_idle`` fails on a tiny notebook
 broken on purpose in the way issue 21 saw the real ones break at full size (a log flood, a page
 that keeps growing, a cell stuck at ``[*]``, TeX and Markdown that did not render, a table wider
-than its output area)."""
+than its output area, a line of code wider than the editor)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,10 @@ BAD_MARKDOWN = notebook(
 WIDE_TABLE = notebook(code("import pandas as pd\npd.DataFrame({f'column number {i}': [i * 1_000_000] for i in range(30)})"))
 
 
+# A line of code longer than the editor is wide: its end hides behind the editor's scrollbar.
+WIDE_CODE = notebook(code("total = " + " + ".join(f"{i}" for i in range(120)) + "  # the end of this line is hidden"))
+
+
 def _problems(lab: JupyterLab, page: Any, name: str, content: dict[str, Any]) -> list[str]:
     nb = lab.open(page, lab.add_notebook(name, content))
     nb.run_all(timeout_s=120)
@@ -111,3 +115,8 @@ def test_latex_and_markdown_that_did_not_render_are_caught(lab: JupyterLab, page
 def test_an_output_wider_than_its_area_is_caught(lab: JupyterLab, page: Any) -> None:
     problems = _problems(lab, page, "zz_wide_table.ipynb", WIDE_TABLE)
     assert any("cell 0: output wider than its area, behind a horizontal scrollbar" in p for p in problems), problems
+
+
+def test_a_line_of_code_wider_than_the_editor_is_caught(lab: JupyterLab, page: Any) -> None:
+    problems = _problems(lab, page, "zz_wide_code.ipynb", WIDE_CODE)
+    assert any("code cell 0: a line of code wider than the editor" in p for p in problems), problems

@@ -4,12 +4,14 @@ Fails on what an attendee would see as broken: an error output, "Error displayin
 widget shown as plain text, a cell that never ran, a cell stuck at [*], an output too long or a
 page too large, TeX or Markdown that did not render, an output wider than its area
 (``Notebook.problems``; ``tests/browser/test_jupyterlab.py`` shows each check failing). Saves one full-page screenshot per notebook in
-``screenshot_dir``. Notebook 02's game widget is also played: type a guess, press Enter, and the
+``screenshot_dir``, beside the notebook as the browser saved it, outputs included
+(``NAME.browser.json``). Notebook 02's game widget is also played: type a guess, press Enter, and the
 page must change. Notebooks are discovered, so new ones are covered when they land.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,13 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
     try:
         notebook.run_all(timeout_s=600 if lab.quick else 1800)
         if name.startswith("02_"):
-            play_the_game(page, notebook)
+            play_the_game(page, notebook, screenshot_dir / "02_episodes-after-guess.png")
             check_narrow_window(page, notebook, screenshot_dir / "02_episodes-narrow.png")
         problems = notebook.problems()
     finally:  # a screenshot of what went wrong, too
         shot = notebook.screenshot(screenshot_dir / name.replace(".ipynb", ".png"))
+        # as saved by the browser, outputs included; not *.ipynb, which pytest --nbmake would collect
+        shutil.copy(lab.root / notebook.path, screenshot_dir / name.replace(".ipynb", ".browser.json"))
         print(f"{name}: {time.monotonic() - start:.0f} s in the browser; screenshot {shot}")
     fixed = [defect for defect in KNOWN_DEFECTS.get(name, []) if not any(defect in problem for problem in problems)]
     assert fixed == [], f"{name}: fixed, remove from KNOWN_DEFECTS in tests/browser/jupyterlab.py: {fixed}"
@@ -40,8 +44,10 @@ def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: An
     assert problems == [], f"{name} as seen in the browser:\n" + "\n".join(problems)
 
 
-def play_the_game(page: Any, notebook: Any) -> None:
-    """Type a guess into the game widget, press Enter, and check the widget shows the new turn."""
+def play_the_game(page: Any, notebook: Any, path: Path) -> None:
+    """Type a guess into the game widget, press Enter, and check the widget shows the new turn,
+    with what the game just said right under the action box (not below the fold); the window as
+    the player sees it goes to ``path``."""
     box = notebook.panel.locator(".widget-text input").first
     box.wait_for()
     game = notebook.panel.locator(".jp-OutputArea-output", has=page.locator(".widget-text input"))
@@ -53,6 +59,10 @@ def play_the_game(page: Any, notebook: Any) -> None:
     )
     after = game.inner_text()
     assert "turn 0" in after and r"\boxed{5}" in after, f"the game widget did not show the guess after Enter:\n{after[:500]}"
+    box.scroll_into_view_if_needed()
+    below = game.get_by_text("The game says:").bounding_box()["y"] - box.bounding_box()["y"]
+    assert below < 200, f"the game's newest words are {below:.0f} px below the action box: under the fold on a laptop"
+    page.screenshot(path=str(path))
 
 
 def check_narrow_window(page: Any, notebook: Any, path: Path) -> None:

@@ -7,13 +7,14 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from gemlab import Trainer
 from gemlab.config import Config, make_config
 from gemlab.lab import HyperparameterLab
 from gemlab.lab.background import eta_seconds
-from gemlab.lab.comparison import comparison_figure, find_runs, run_labels, runs_table
+from gemlab.lab.comparison import comparison_figure, find_runs, run_labels, runs_table, wall_seconds
 from gemlab.run_folder import read_run
 from gemlab.lab.controls import Controls
 
@@ -85,6 +86,8 @@ def test_stop_ends_after_a_step_and_leaves_a_resumable_checkpoint(tmp_path):
     (run_dir,) = (tmp_path / "runs").iterdir()
     done = len(metrics_rows(run_dir))
     assert 1 <= done < 200
+    assert f"stopped after {done} of 200 steps" in lab.status.value and "time to finish" not in lab.status.value
+    assert lab._live_steps == done  # the chart shows the last step, however few redraws the budget allowed
     checkpoints = [json.loads(line) for line in (run_dir / "checkpoints.jsonl").read_text().splitlines()]
     assert checkpoints[-1]["step"] == done
     config = Config(**json.loads((run_dir / "config.json").read_text()))
@@ -166,12 +169,19 @@ def test_precomputed_runs_are_labelled_by_the_settings_that_differ():
     assert run_labels(runs) == ["advantage=rebn, seed=0", "advantage=none, seed=0", "advantage=rebn, seed=1"]
     table = runs_table(runs)
     assert list(table["steps"]) == ["100/100"] * 3
-    assert list(table["status"]) == ["no checkpoint"] * 3
+    assert list(table["status"]) == ["finished (metrics only)"] * 3  # shipped without weights, but all 100 steps done
     assert table["final success (last 5 steps)"].iloc[0] > table["final success (last 5 steps)"].iloc[1]  # ReBN learns more
     assert runs[0].config["loss_fn"] == "importance_sampling"  # data/runs predate loss_fn: its default
     same = [read_run(DATA_RUNS / "rebn-seed0"), read_run(DATA_RUNS / "rebn-seed0")]
     assert run_labels(same) == ["rebn-seed0", "rebn-seed0"]
     assert len(find_runs(DATA_RUNS, DATA_RUNS / "missing")) == 6
+
+
+def test_wall_time_counts_each_session_from_its_start():
+    # time/train_end counts from a session's start; a resumed run starts counting again
+    resumed = pd.DataFrame({"time/train_end": [5.0, 7.0, 9.0, 3.0, 6.0], "time/step": [1.0] * 5})
+    assert wall_seconds(resumed) == 15.0  # 9 s, then 6 s: not the 5 s inside steps
+    assert wall_seconds(pd.DataFrame({"time/step": [1.5, 2.5]})) == 4.0  # older runs: the steps' own time
 
 
 def test_eta_leaves_out_the_first_step():

@@ -8,6 +8,7 @@ import pytest
 
 from gemlab.datums import policy_gradient_datum
 from gemlab.notebook import viewer
+from gemlab.notebook.redraw import RedrawBudget
 from gemlab.episodes import Episode, Transition
 from gemlab.templates import TEMPLATES, get_template
 from gemlab.tiny.model import load_tiny_tokenizer
@@ -137,6 +138,20 @@ def test_live_metrics_figure_has_labels():
 def test_metrics_table_indexes_by_step():
     table = viewer.metrics_table([{"step": 0.0, "a": 1.0, "b": 2.0}, {"step": 1.0, "a": 3.0, "b": 4.0}], ["a"])
     assert list(table.index) == [0, 1] and list(table.columns) == ["a"]
+    readable = viewer.metrics_table([{"step": 0.0, "time/step": 1.0}], readable=True)
+    assert list(readable.columns) == ["wall time per step (s)"]  # words that wrap, not a 20-character key
+
+
+def test_live_metrics_skips_redraws_it_cannot_afford_but_always_draws_the_last_step():
+    drawn = []
+    live = viewer.LiveMetrics(["sampler/success_rate"], total=4, budget=RedrawBudget(share=0.05))
+    live._redraw = lambda: (drawn.append(len(live.rows)), live.budget.drawing().__enter__())  # no figure needed
+    live.budget._next = float("inf")  # as after an expensive redraw: nothing is due until the end
+    for step in range(4):
+        live.update({"step": step, "sampler/success_rate": 0.5, "time/step": 2.0})
+    assert drawn == [4]
+    live.rows = live.rows[:2]
+    assert "step 2/4, about 4 s left" in live.figure()._suptitle.get_text()  # median step time x steps left
 
 
 def test_interactive_game_plays_on_enter_says_its_state_and_refuses_after_the_end():
