@@ -101,18 +101,19 @@ def _plots(trainer: Trainer) -> int:
     plots.save_figure(curve, trainer.run_dir / "learning_curve.png")
     diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)")
     plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
-    print(f"done: {summary(trainer.history)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
+    print(f"done: {summary(trainer.history, loss=config.loss_fn)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
     return 0
 
 
-def summary(history: list[dict[str, float]], window: int = 10) -> str:
+def summary(history: list[dict[str, float]], window: int = 10, loss: str | None = None) -> str:
     """First-vs-last success of a run: the means over its first and last ``window`` steps (fewer in a
-    short run), which one noisy step cannot swing."""
+    short run), which one noisy step cannot swing; ``loss`` names the policy-gradient loss."""
     success = [row["sampler/success_rate"] for row in history]
     n = max(1, min(window, len(success) // 2))
     first, last = sum(success[:n]) / n, sum(success[-n:]) / n
     steps = "step" if n == 1 else f"{n} steps"
-    return f"{len(success)} steps, success rate {first:.2f} over the first {steps} -> {last:.2f} over the last {steps}"
+    with_loss = f" with the {loss} loss" if loss else ""
+    return f"{len(success)} steps{with_loss}, success rate {first:.2f} over the first {steps} -> {last:.2f} over the last {steps}"
 
 
 def _contents(run_dir: Path) -> list[str]:

@@ -26,12 +26,15 @@ def _rows(prompts, seed=0):
 
 def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
     """Fixed seeds: the same tokens, and logprobs within 1e-4 nats (other matmul shapes round differently)."""
-    lm = load_model(TINY, torch.device("cpu"))
+    from gemlab.tiny.model import build_tiny_model
+
+    pad = load_model(TINY, torch.device("cpu")).pad_token_id
+    model = build_tiny_model(seed=0, pretrained=True)  # not the process's cached copy, which other tests train adapters on
     monkeypatch.setattr(generation, "worth_sharing", lambda model: True)
     prefix = list(range(10, 10 + MIN_SHARED_TOKENS + 4))
     prompts = [prefix + [3], prefix + [4, 5, 6], prefix + [7, 8], prefix + [9] * 5]
-    batched = generate(lm.model, _rows(prompts), lm.pad_token_id, str)
-    alone = [generate(lm.model, _rows([p], seed=i), lm.pad_token_id, str)[0] for i, p in enumerate(prompts)]
+    batched = generate(model, _rows(prompts), pad, str)
+    alone = [generate(model, _rows([p], seed=i), pad, str)[0] for i, p in enumerate(prompts)]
     for b, a in zip(batched, alone):
         assert b.tokens == a.tokens
         assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
