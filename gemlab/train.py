@@ -101,13 +101,13 @@ def _plots(trainer: Trainer) -> int:
     plots.save_figure(curve, trainer.run_dir / "learning_curve.png")
     diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)")
     plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
-    print(f"done: {summary(trainer.history, loss=config.loss_fn)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
+    print(f"done: {summary(trainer.history, loss=None if config.loss_fn == "importance_sampling" else config.loss_fn)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
     return 0
 
 
 def summary(history: list[dict[str, float]], window: int = 10, loss: str | None = None) -> str:
     """First-vs-last success of a run: the means over its first and last ``window`` steps (fewer in a
-    short run), which one noisy step cannot swing; ``loss`` names the policy-gradient loss."""
+    short run), which one noisy step cannot swing; ``loss`` names a loss other than GEM's importance sampling."""
     success = [row["sampler/success_rate"] for row in history]
     n = max(1, min(window, len(success) // 2))
     first, last = sum(success[:n]) / n, sum(success[-n:]) / n
