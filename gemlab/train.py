@@ -101,7 +101,8 @@ def _plots(trainer: Trainer) -> int:
     plots.save_figure(curve, trainer.run_dir / "learning_curve.png")
     diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)")
     plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
-    print(f"done: {summary(trainer.history, loss=None if config.loss_fn == "importance_sampling" else config.loss_fn)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
+    loss = None if config.loss_fn == "importance_sampling" else config.loss_fn
+    print(f"done: {summary(trainer.history, loss=loss)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
     return 0
 
 
