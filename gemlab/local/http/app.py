@@ -47,14 +47,15 @@ class Limits:
 
 def client_config(compress: bool) -> types.ClientConfigResponse:
     """The flags this server gives every client: plain API keys, forward_backward chunks in turn
-    (the server runs them in arrival order), zstd bodies when ``compress``, and the SDK's
-    reqwest-based transport (pyqwest), which costs the client about half the CPU per request of
-    httpx's."""
+    (the server runs them in arrival order), zstd bodies when ``compress``, and the SDK's httpx
+    transport: its reqwest-based one (pyqwest) costs the client about half the CPU per request,
+    but a process that used it aborted at exit ("terminate called without an active exception",
+    exit -6: the `tinker` CLI in tests/local/test_local_http.py)."""
     return types.ClientConfigResponse(
         pjwt_auth_enabled=False,
         parallel_fwdbwd_chunks=False,
         proto_compress_fwdbwd=compress,
-        use_pyqwest_transport=True,
+        use_pyqwest_transport=False,
         sample_use_retrieve_futures=False,
         custom_loss_server_side=False,
         sample_join_sampling_session=False,
