@@ -13,6 +13,7 @@ text is written and before it replaces the old file).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -24,12 +25,16 @@ import gemlab.trainer
 
 
 class FaultySampler:
-    def __init__(self, client: Any, on_call: Callable[[int], None]) -> None:
+    """A sampler whose ``on_call`` may fire a fault; the request that fired it then never returns
+    (the interrupt or kill it sent must land while sampling, however loaded the machine is)."""
+
+    def __init__(self, client: Any, on_call: Callable[[int], bool]) -> None:
         self.client, self.on_call, self.calls = client, on_call, 0
 
     async def sample_async(self, **request: Any) -> Any:
         self.calls += 1
-        self.on_call(self.calls)
+        if self.on_call(self.calls):
+            await asyncio.sleep(3600)  # cancelled by the interrupt's rollback
         return await self.client.sample_async(**request)
 
 
@@ -43,9 +48,11 @@ class FaultyTraining:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
 
-    def _hit(self, point: str, step: int) -> None:
+    def _hit(self, point: str, step: int) -> bool:
         if point == self.point and step == self.step:
             self.action()
+            return True
+        return False
 
     async def save_weights_and_get_sampling_client_async(self, *args: Any, **kwargs: Any) -> Any:
         step = self.snapshots + self._start
