@@ -19,6 +19,8 @@ small pilots can only say "not resolved"; the power estimate says what would res
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -47,6 +49,8 @@ class Estimate:
     n: int
 
     def __str__(self) -> str:
+        if math.isnan(self.low) or math.isnan(self.high):
+            return f"{self.value:.3g} (no interval from one seed)"
         return f"{self.value:.3g} [{self.low:.3g}, {self.high:.3g}]"
 
 

@@ -58,3 +58,9 @@ def test_power_matches_published_tables():
     assert stats.paired_power(10, 1.0, 1.0) == pytest.approx(0.803, abs=0.002)
     assert stats.seeds_needed(5.0, 1.0) == 6  # the exact sign-flip test needs 6 seeds for p < 0.05
     assert stats.seeds_needed(0.0, 1.0) is None
+
+
+def test_one_seed_is_shown_without_an_interval():
+    """A single value has no interval: the table says so instead of printing [nan, nan]."""
+    assert str(stats.interval([0.75])) == "0.75 (no interval from one seed)"
+    assert "nan" not in str(stats.interval([0.5, 0.7, 0.9]))
