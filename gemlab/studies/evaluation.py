@@ -7,48 +7,30 @@ twice, sampled (temperature 1, as in training) and greedy (temperature 0), apart
 rollouts, and recorded in the run folder's ``eval.jsonl``: one row per step and mode with success,
 turns per game and turns per won game.
 
-``gemlab.evaluate`` (issue 23's fixed evaluation set) is used to play the games when it is
-importable; until then ``play_fixed_set`` below plays them with the one episode loop.
+The games are played by ``gemlab.evaluate`` (the kit's one fixed evaluation set); this module
+adds the schedule, the two modes and the run folder's ``eval.jsonl``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 from pathlib import Path
 from typing import Any
 
-from gemlab.envs import make_envs
-from gemlab.episodes import collect_episode
+from gemlab.evaluate import evaluate_async
 from gemlab.run_folder import atomic_write_text, read_rows, rows_text
-from gemlab.seeds import derive_seed
 
 EVAL_FILE = "eval.jsonl"
-EVAL_SEED = 10_000  # far from the small seeds training runs use
 MODES = {"sampled": 1.0, "greedy": 0.0}  # mode -> temperature
 
 
 async def play_fixed_set(sampling_client: Any, tokenizer: Any, *, env_id: str, template: Any, max_tokens: int, num_games: int, temperature: float, env_wrappers: str) -> list[tuple[bool, int]]:
     """(won, turns) of each game of the fixed set, played concurrently by ``sampling_client``."""
-    try:
-        from gemlab.evaluate import evaluate_async  # issue 23's fixed set, once it is on main
-    except ImportError:
-        evaluate_async = None
-    if evaluate_async is not None:
-        result = await evaluate_async(
-            sampling_client, tokenizer, env_id=env_id, template=template, max_tokens=max_tokens,
-            num_games=num_games, temperature=temperature, env_wrappers=env_wrappers,
-        )
-        return list(zip(result.wins, result.num_turns))
-    envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers=env_wrappers, tokenizer=tokenizer)
-    episodes = await asyncio.gather(*(
-        collect_episode(
-            sampling_client, env, tokenizer=tokenizer, template=template, max_tokens=max_tokens,
-            temperature=temperature, seed=derive_seed(EVAL_SEED, index), env_index=index, reset_seed=EVAL_SEED + index,
-        )
-        for index, env in enumerate(envs)
-    ))
-    return [(episode.won, episode.num_turns) for episode in episodes]
+    result = await evaluate_async(
+        sampling_client, tokenizer, env_id=env_id, template=template, max_tokens=max_tokens,
+        num_games=num_games, temperature=temperature, env_wrappers=env_wrappers,
+    )
+    return list(zip(result.wins, result.num_turns))
 
 
 def summarize(games: list[tuple[bool, int]]) -> dict[str, float]:
