@@ -47,3 +47,25 @@ def installed_cookbook() -> Path:
 
 def metrics(log: Path) -> list[dict]:
     return [json.loads(line) for line in (log / "metrics.jsonl").read_text().splitlines()]
+
+
+def math_rl_args(log: Path) -> list[str]:
+    """``math_rl``'s small arithmetic run (add ``max_steps=N``), logging into ``log``."""
+    return [f"model_name={MODEL}", "env=arithmetic", "group_size=2", "groups_per_batch=2", f"log_path={log}"]
+
+
+def sl_basic_args(log: Path, cookbook: Path) -> list[str]:
+    """``sl_basic`` for 2 steps on the conversations file the cookbook ships (its default data set,
+    NoRobots, lives on the hub), logging into ``log``."""
+    builder = "dataset_builder"
+    return [
+        f"model_name={MODEL}",
+        f"log_path={log}",
+        f"{builder}=tinker_cookbook.supervised.data:FromConversationFileBuilder",
+        f"{builder}.file_path={cookbook / 'example_data' / 'conversations.jsonl'}",
+        f"{builder}.common_config.model_name_for_tokenizer={MODEL}",
+        f"{builder}.common_config.renderer_name=qwen3_instruct",
+        f"{builder}.common_config.batch_size=4",
+        f"{builder}.common_config.max_length=256",
+        "max_steps=2",
+    ]

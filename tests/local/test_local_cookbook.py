@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cookbook import MODEL, metrics
+from tests.helpers.cookbook import MODEL, math_rl_args, metrics, sl_basic_args
 
 NOTICE = f"gemlab.local: {MODEL} is not available locally; using gemlab/tiny-chat instead"
 pytestmark = pytest.mark.slow  # installs the cookbook, then runs its recipes in subprocesses
@@ -38,7 +38,7 @@ def run_local(module: str, args: list[str], tmp_path: Path) -> subprocess.Comple
 
 def test_math_rl_with_its_default_loss_then_resumed(cookbook: Path, tmp_path: Path):
     log = tmp_path / "math_rl"
-    args = [f"model_name={MODEL}", "env=arithmetic", "group_size=2", "groups_per_batch=2", f"log_path={log}"]
+    args = math_rl_args(log)
     first = run_local("tinker_cookbook.recipes.math_rl.train", [*args, "max_steps=2"], tmp_path)
     assert json.loads((log / "config.json").read_text())["loss_fn"] == "stable_reinforce"  # the recipe's default
     assert first.stderr.count(NOTICE) == 1  # one notice for tokenizer and training client together
@@ -62,22 +62,7 @@ def test_sl_basic_on_the_cookbooks_example_conversations(cookbook: Path, tmp_pat
     """sl_basic's default data set (NoRobots) lives on the hub; the recipe's own command line swaps
     in the conversations file the cookbook ships, as its source suggests."""
     log = tmp_path / "sl_basic"
-    builder = "dataset_builder"
-    run_local(
-        "tinker_cookbook.recipes.sl_basic",
-        [
-            f"model_name={MODEL}",
-            f"log_path={log}",
-            f"{builder}=tinker_cookbook.supervised.data:FromConversationFileBuilder",
-            f"{builder}.file_path={cookbook / 'example_data' / 'conversations.jsonl'}",
-            f"{builder}.common_config.model_name_for_tokenizer={MODEL}",
-            f"{builder}.common_config.renderer_name=qwen3_instruct",
-            f"{builder}.common_config.batch_size=4",
-            f"{builder}.common_config.max_length=256",
-            "max_steps=2",
-        ],
-        tmp_path,
-    )
+    run_local("tinker_cookbook.recipes.sl_basic", sl_basic_args(log, cookbook), tmp_path)
     steps = [row for row in metrics(log) if "train_mean_nll" in row]
     assert [row["step"] for row in steps] == [0, 1]
     # gemlab/tiny knows only GuessTheNumber: general chat text costs it about 21 nats a token

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cookbook import MODEL, metrics
+from tests.helpers.cookbook import MODEL, math_rl_args, metrics, sl_basic_args
 from tests.helpers.http_server import ROOT, ServerProcess, run_client
 from tests.helpers.scripts import GEM_STYLE_SCRIPT
 
@@ -63,7 +63,7 @@ def test_gems_tinker_loop_over_http(hf_home: Path, server: ServerProcess, tmp_pa
 
 def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):
     log = tmp_path / "math_rl"
-    args = [f"model_name={MODEL}", "env=arithmetic", "group_size=2", "groups_per_batch=2", f"log_path={log}"]
+    args = math_rl_args(log)
     module = ["-m", "tinker_cookbook.recipes.math_rl.train"]
     run_client(server, [*module, *args, "max_steps=2"], tmp_path, timeout=600, HF_HOME=str(hf_home))
     assert json.loads((log / "config.json").read_text())["loss_fn"] == "stable_reinforce"
@@ -77,23 +77,9 @@ def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, 
 
 
 def test_cookbook_sl_basic_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):
-    log, builder = tmp_path / "sl_basic", "dataset_builder"
-    run_client(
-        server,
-        [
-            "-m", "tinker_cookbook.recipes.sl_basic",
-            f"model_name={MODEL}",
-            f"log_path={log}",
-            f"{builder}=tinker_cookbook.supervised.data:FromConversationFileBuilder",
-            f"{builder}.file_path={cookbook / 'example_data' / 'conversations.jsonl'}",
-            f"{builder}.common_config.model_name_for_tokenizer={MODEL}",
-            f"{builder}.common_config.renderer_name=qwen3_instruct",
-            f"{builder}.common_config.batch_size=4",
-            f"{builder}.common_config.max_length=256",
-            "max_steps=2",
-        ],
-        tmp_path, timeout=600, HF_HOME=str(hf_home),
-    )
+    log = tmp_path / "sl_basic"
+    module = ["-m", "tinker_cookbook.recipes.sl_basic"]
+    run_client(server, [*module, *sl_basic_args(log, cookbook)], tmp_path, timeout=600, HF_HOME=str(hf_home))
     steps = [row for row in metrics(log) if "train_mean_nll" in row]
     assert [row["step"] for row in steps] == [0, 1]
     assert all(math.isfinite(row["train_mean_nll"]) and row["train_mean_nll"] > 0 for row in steps)
