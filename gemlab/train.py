@@ -29,6 +29,12 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
+def _silence_teardown() -> None:
+    """After a Ctrl-C the process is leaving: objects the signal cut in half (an event loop caught in
+    its constructor) may complain from ``__del__``; their tracebacks would bury the one line that matters."""
+    sys.unraisablehook = lambda unraisable: None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help", "help") for arg in args):
@@ -41,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # while the model loads: the Trainer removed what it had created
+        _silence_teardown()
         print("\ngemlab.train: SIGINT while starting; nothing was trained or changed", file=sys.stderr)
         return 130
     except OSError as error:  # the disk, not the input: say which file
@@ -57,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the checkpoint below must not be cut
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _silence_teardown()
         name = str(interrupt) or "SIGINT"
         print(f"\ngemlab.train: {name}: {_stop(trainer, resume)}", file=sys.stderr)
         return 143 if name == "SIGTERM" else 130
@@ -72,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _plots(trainer)
     except KeyboardInterrupt:
+        _silence_teardown()
         print(f"\ngemlab.train: SIGINT while drawing the plots; the run is complete in {trainer.run_dir}", file=sys.stderr)
         return 130
 
