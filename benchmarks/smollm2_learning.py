@@ -23,25 +23,16 @@ import time
 from pathlib import Path
 
 from gemlab.config import config_from_argv
-from gemlab.evaluate import NUM_GAMES, evaluate_async
+from gemlab.evaluate import NUM_GAMES, evaluate_trainer
 from gemlab.run_folder import export_run
 from gemlab.trainer import Trainer
 
 
 def evaluate(trainer: Trainer, games: int) -> dict:
     """The fixed set, played by the trainer's current weights."""
-    config = trainer.config
-
-    async def run() -> dict:
-        sampler = await trainer.training_client.save_weights_and_get_sampling_client_async()
-        start = time.time()
-        result = await evaluate_async(
-            sampler, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens,
-            num_games=games, temperature=config.temperature, env_wrappers=config.env_wrappers,
-        )
-        return {**result.to_dict(), "seconds": time.time() - start}
-
-    return trainer._loop.run(run())
+    start = time.time()
+    result = evaluate_trainer(trainer, games)
+    return {**result.to_dict(), "seconds": time.time() - start}
 
 
 def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Path | None) -> dict:

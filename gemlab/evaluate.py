@@ -4,7 +4,8 @@ Game ``i`` of the set is the env reset with seed ``EVAL_SEED + i``, whatever the
 a base model, a warmed-up one and a trained one all face the same secret numbers or questions;
 each turn's sampling seed is fixed too, so evaluating the same weights twice gives the same
 result. Independent of the Trainer's rollouts: it plays whole episodes with ``collect_episode``
-on any sampling client, concurrently (the local backend batches them).
+on any sampling client, concurrently (the local backend batches them). ``evaluate_trainer`` plays
+them with a Trainer's current weights (a notebook's or a benchmark's before/after).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemlab.envs import make_envs
-from gemlab.episodes import collect_episode
+from gemlab.episodes import Episode, collect_episode
 from gemlab.seeds import derive_seed
 from gemlab.templates import Template
 
@@ -25,11 +26,12 @@ NUM_GAMES = 64
 
 @dataclass
 class EvalResult:
-    """Per-game outcomes of one evaluation."""
+    """Per-game outcomes of one evaluation, and the games themselves (``episodes``, to read)."""
 
     wins: list[bool]
     returns: list[float]
     num_turns: list[int] = field(default_factory=list)
+    episodes: list[Episode] = field(default_factory=list, repr=False)
 
     @property
     def success(self) -> float:
@@ -44,6 +46,7 @@ class EvalResult:
         return centre - half, centre + half
 
     def to_dict(self) -> dict[str, Any]:
+        """The outcomes as JSON-ready values (the episodes are left out)."""
         return {"success": self.success, "interval95": list(self.interval95()), "wins": self.wins, "returns": self.returns, "num_turns": self.num_turns}
 
 
@@ -62,25 +65,47 @@ async def evaluate_async(
     num_games: int = NUM_GAMES,
     temperature: float = 1.0,
     env_wrappers: str = "concat",
+    progress: Any = None,
 ) -> EvalResult:
-    """Play the ``num_games`` games of the fixed set once each with ``sampling_client``."""
+    """Play the ``num_games`` games of the fixed set once each with ``sampling_client``;
+    ``progress``, an optional tqdm bar, advances by one as each game ends."""
     envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers=env_wrappers, tokenizer=tokenizer)
-    episodes = await asyncio.gather(
-        *(
-            collect_episode(
-                sampling_client,
-                env,
-                tokenizer=tokenizer,
-                template=template,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=derive_seed(EVAL_SEED, index),
-                env_index=index,
-                reset_seed=reset_seed,
-            )
-            for index, (env, reset_seed) in enumerate(zip(envs, reset_seeds(num_games)))
+
+    async def play(index: int, env: Any, reset_seed: int) -> Episode:
+        episode = await collect_episode(
+            sampling_client,
+            env,
+            tokenizer=tokenizer,
+            template=template,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=derive_seed(EVAL_SEED, index),
+            env_index=index,
+            reset_seed=reset_seed,
         )
-    )
+        if progress is not None:
+            progress.update(1)
+        return episode
+
+    episodes = await asyncio.gather(*(play(i, env, s) for i, (env, s) in enumerate(zip(envs, reset_seeds(num_games)))))
     return EvalResult(
-        wins=[e.won for e in episodes], returns=[e.total_reward for e in episodes], num_turns=[e.num_turns for e in episodes]
+        wins=[e.won for e in episodes],
+        returns=[e.total_reward for e in episodes],
+        num_turns=[e.num_turns for e in episodes],
+        episodes=list(episodes),
     )
+
+
+def evaluate_trainer(trainer: Any, num_games: int = NUM_GAMES, *, progress: Any = None) -> EvalResult:
+    """The fixed set played by a ``gemlab.Trainer``'s current weights, with its config's env,
+    template, ``max_tokens``, temperature and wrappers; blocks until the games end."""
+    config = trainer.config
+
+    async def run() -> EvalResult:
+        sampler = await trainer.training_client.save_weights_and_get_sampling_client_async()
+        return await evaluate_async(
+            sampler, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens,
+            num_games=num_games, temperature=config.temperature, env_wrappers=config.env_wrappers, progress=progress,
+        )  # fmt: skip
+
+    return trainer.run_on_loop(run())

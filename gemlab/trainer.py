@@ -344,17 +344,21 @@ class Trainer:
                 f"create a new Trainer for {self.run_dir} to resume from its last checkpoint"
             )
 
-    def warmup(self) -> None:
-        """Run the SFT warm-up now (e.g. to evaluate the model after it) instead of at the first step."""
+    def warmup(self, progress: Any = None) -> list[float]:
+        """Run the SFT warm-up now (e.g. to evaluate the model after it) instead of at the first step;
+        returns its mean loss per answer token at each step. ``progress``: a tqdm bar to advance by
+        one a step (a notebook's text bar); by default the Trainer's own bar when ``progress=True``."""
         self._check_usable()
         if self.history or self._warmed_up:
             raise RuntimeError("the warm-up runs once, before the first step; this run is past it")
-        self._loop.run(self._warmup())
+        return self._loop.run(self._warmup(progress))
 
-    async def _warmup(self) -> None:
+    async def _warmup(self, progress: Any = None) -> list[float]:
         self._warmed_up = True
-        losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=self.progress)
+        bar = self.progress if progress is None else progress
+        losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=bar)
         self.folder.log_warmup(losses)
+        return losses
 
     async def _save_checkpoint(self) -> str:
         if self.checkpoints and self.checkpoints[-1]["step"] == self.step_index:

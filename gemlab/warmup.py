@@ -37,12 +37,15 @@ def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, c
 
 
 async def warmup_async(
-    training_client: Any, tokenizer: Any, envs: Sequence[Any], template: Template, config: Any, *, progress: bool = True
+    training_client: Any, tokenizer: Any, envs: Sequence[Any], template: Template, config: Any, *, progress: Any = True
 ) -> list[float]:
     """``config.warmup_steps`` cross-entropy steps of ``config.batch_size`` examples; returns the
-    mean loss per answer token at each step."""
+    mean loss per answer token at each step. ``progress``: ``True`` for a bar of its own, ``False``
+    for none, or a tqdm bar to advance by one a step (a notebook's text bar)."""
+    own_bar = isinstance(progress, bool)
+    bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress) if own_bar else progress
     losses: list[float] = []
-    for _ in tqdm(range(config.warmup_steps), desc="SFT warm-up", unit="step", disable=not progress):
+    for _ in range(config.warmup_steps):
         datums = scripted_examples(envs, tokenizer, template, config.batch_size)
         backward = await training_client.forward_backward_async(datums, "cross_entropy")
         optim = await training_client.optim_step_async(adam_params(config.warmup_learning_rate))
@@ -50,4 +53,8 @@ async def warmup_async(
         await optim.result_async()
         answer_tokens = sum(float(d.loss_fn_inputs["weights"].to_torch().sum()) for d in datums)
         losses.append(float(result.metrics["loss:sum"]) / answer_tokens)
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        bar.update(1)
+    if own_bar:
+        bar.close()
     return losses

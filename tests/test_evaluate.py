@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import io
 
 from gemlab.envs import make_envs
-from gemlab.evaluate import evaluate_async, reset_seeds
+from gemlab import Trainer, make_config
+from gemlab.evaluate import evaluate_async, evaluate_trainer, reset_seeds
 from gemlab.local import TINY, LocalServiceClient
 from gemlab.templates import get_template
 
@@ -39,3 +41,21 @@ def test_same_weights_same_result(tmp_path):
     assert first.wins == second.wins and first.returns == second.returns and len(first.wins) == 8
     low, high = first.interval95()
     assert 0 <= low <= first.success <= high <= 1
+
+
+def test_a_trainer_plays_the_same_set_and_keeps_the_games(tmp_path):
+    from tqdm import tqdm
+
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="eval", num_env=4, batch_size=8)
+    trainer = Trainer(config, progress=False)
+    with tqdm(total=6, file=io.StringIO()) as bar:
+        result = evaluate_trainer(trainer, 6, progress=bar)
+        assert bar.n == 6  # one tick a game
+    sampler = trainer.training_client.save_weights_and_get_sampling_client().result()
+    direct = asyncio.run(
+        evaluate_async(sampler, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens, num_games=6)
+    )
+    trainer.close()
+    assert result.wins == direct.wins and result.returns == direct.returns
+    assert [e.won for e in result.episodes] == result.wins and [e.env_index for e in result.episodes] == list(range(6))
+    assert "episodes" not in result.to_dict()

@@ -1,5 +1,6 @@
 """The whole loop on the local backend: metrics, checkpoints, resume, and clean failures."""
 
+import io
 import json
 import subprocess
 import sys
@@ -40,6 +41,21 @@ def test_two_steps_then_resume(tmp_path):
     assert resumed.step()["step"] == 2
     resumed.close()
     assert [m["step"] for m in _lines(run_dir / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_warmup_now_returns_its_losses_and_advances_a_given_bar(tmp_path):
+    from tqdm import tqdm
+
+    trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="warm", **SMALL), progress=False)
+    with tqdm(total=SMALL["warmup_steps"], file=io.StringIO()) as bar:
+        losses = trainer.warmup(progress=bar)
+        assert bar.n == SMALL["warmup_steps"]
+    assert losses == [row["loss"] for row in _lines(tmp_path / "warm" / "warmup.jsonl")]
+    assert len(losses) == 2 and all(loss > 0 for loss in losses)
+    trainer.step()  # the first step does not warm up again
+    with pytest.raises(RuntimeError, match="the warm-up runs once"):
+        trainer.warmup()
+    trainer.close()
 
 
 def test_same_seed_same_episodes(tmp_path):
