@@ -46,6 +46,7 @@ NOTEBOOK_COSTS: dict[str, tuple[float, float, str]] = {
     "07_hyperparameter_lab": (0, 10, "measured; each run started from the lab adds a laptop run"),
     "08_reproducing_gem": (23, 20, "measured"),
     "09_decoupled_rl": (51, 22, "measured"),
+    "10_smollm2": (0, 600, "measured; it trains SmolLM2, whose steps scale with the machine like laptop steps"),
 }
 #: A laptop-preset run from the command line or the lab: 100 steps.
 LAPTOP_RUN_STEPS = 100
