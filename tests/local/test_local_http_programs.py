@@ -1,6 +1,6 @@
 """Whole Tinker programs, unmodified, over HTTP against ``python -m gemlab.local.http`` in its own
-process: GEM's Tinker loop, tinker-cookbook 0.6.1's ``math_rl`` (default loss, then resumed) and
-``sl_basic``, and ``python -m gemlab.train backend=tinker``.
+process: GEM's ``tinker_train.py`` (a verbatim copy in tests/fixtures/gem), tinker-cookbook 0.6.1's
+``math_rl`` (default loss, then resumed) and ``sl_basic``, and ``python -m gemlab.train backend=tinker``.
 Their tokenizers come from the hub cache that ``python -m gemlab.local.http tokenizer`` fills."""
 
 from __future__ import annotations
@@ -13,19 +13,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import gem_train
 from tests.helpers.cookbook import MODEL, math_rl_args, metrics, sl_basic_args
 from tests.helpers.http_server import ROOT, ServerProcess, run_client
-from tests.helpers.scripts import GEM_STYLE_SCRIPT
 
 pytestmark = pytest.mark.slow
-GEM_MODEL = "Qwen/Qwen3-8B-Base"
 
 
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A hub cache holding the served tokenizers under the Tinker names the programs use."""
     home = tmp_path_factory.mktemp("hf")
-    for name in (MODEL, GEM_MODEL, "gemlab/tiny"):
+    for name in (MODEL, gem_train.MODEL, "gemlab/tiny"):
         done = subprocess.run(
             [sys.executable, "-m", "gemlab.local.http", "tokenizer", name],
             capture_output=True, text=True, env={**_env(), "HF_HOME": str(home)}, timeout=300,
@@ -53,12 +52,24 @@ def test_tokenizer_command_makes_autotokenizer_work_offline(hf_home: Path, serve
     assert len(json.loads(done.stdout)) == 3  # <|im_start|> is one token, as in Qwen's tokenizer
 
 
-def test_gems_tinker_loop_over_http(hf_home: Path, server: ServerProcess, tmp_path: Path):
-    (tmp_path / "tinker_train.py").write_text(GEM_STYLE_SCRIPT)
-    done = run_client(server, ["tinker_train.py", f"model_name={GEM_MODEL}", "max_steps=2"], tmp_path, HF_HOME=str(hf_home))
-    lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
-    assert [line.split()[1] for line in lines] == ["0", "1"]
-    assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
+def test_gems_tinker_train_py_unchanged_over_http(hf_home: Path, server: ServerProcess, tmp_path: Path):
+    """GEM's script as published, with plain ``python`` and its own flags: it trains two steps, its
+    sampler's logprobs match the learner's, and its state checkpoint is a tinker path the server lists."""
+    assert gem_train.script_is_upstreams(), "tests/fixtures/gem/tinker_train.py differs from GEM's file"
+    done = run_client(server, [str(gem_train.SCRIPT), *gem_train.ARGS], tmp_path, HF_HOME=str(hf_home), **gem_train.ENV)
+    steps = gem_train.step_metrics(done.stdout)
+    assert [row["step"] for row in steps] == [0, 1]
+    assert all(row["sampler/num_episodes"] % 4 == 0 and math.isfinite(row["train/loss:sum"]) for row in steps)
+    assert all(abs(row["train/kl_sample_train_v1"]) < 1e-4 for row in steps)  # sampler and learner agree
+    # (num_episodes: the script drops an episode whose sampling raised; all 4 envs' episodes must count)
+    (log,) = tmp_path.glob("tinker_output/*/checkpoints.jsonl")
+    (saved,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert saved["name"] == "000001" and saved["state_path"].startswith("tinker://")
+    run_id = saved["state_path"].split("/")[2]
+    listed = subprocess.run(
+        ["tinker", "-f", "json", "checkpoint", "list", "--run-id", run_id], capture_output=True, text=True, env=server.env(), timeout=120
+    )
+    assert saved["state_path"] in [c["tinker_path"] for c in json.loads(listed.stdout)["checkpoints"]], listed.stderr[-2000:]
 
 
 def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):
