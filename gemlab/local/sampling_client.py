@@ -237,6 +237,8 @@ class LocalSamplingClient(SamplingClient):
     ) -> tuple[list[Row], int]:
         limit = self._model.context_length - len(tokens)
         max_tokens = limit if params.max_tokens is None else params.max_tokens
+        if self._base_model != self._model.name and limit >= 1 and max_tokens > limit:
+            max_tokens = limit  # a stand-in for a Tinker model: the sample ends with the stand-in's context ("length")
         if max_tokens < 1 or max_tokens > limit:
             raise ValueError(
                 f"max_tokens={params.max_tokens} does not fit: the prompt has {len(tokens)} tokens and "
