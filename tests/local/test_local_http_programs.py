@@ -117,6 +117,18 @@ def test_gemlab_train_with_the_tinker_backend_over_http(hf_home: Path, server: S
     assert steps[-1] == 1
 
 
+def test_gemlab_train_with_gems_defaults_on_the_servers_stand_in(hf_home: Path, server: ServerProcess, tmp_path: Path):
+    """GEM's preset (Qwen3-4B-Instruct-2507, max_tokens 2048) served by gemlab/tiny-chat, whose
+    context is 2048 tokens: the stand-in's context bounds max_tokens, so the step trains."""
+    run_client(
+        server, ["-m", "gemlab.train", "backend=tinker", "max_steps=1", "batch_size=4", "num_env=4", f"log_dir={tmp_path / 'runs'}"],
+        tmp_path, timeout=600, HF_HOME=str(hf_home),
+    )
+    (log,) = (tmp_path / "runs").glob("*/metrics.jsonl")
+    (row,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert row["step"] == 0 and row["sampler/episodes_dropped"] == 0
+
+
 def test_every_notebook_is_run_over_http_or_says_why_not():
     assert sorted(OVER_HTTP + list(LOCAL_BY_DESIGN)) == sorted(path.stem for path in NOTEBOOKS.glob("*.ipynb"))
 
