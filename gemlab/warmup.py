@@ -9,6 +9,7 @@ preset's ``gemlab/tiny`` is pretrained and needs none; ``gemlab/tiny-random`` (n
 
 from __future__ import annotations
 
+import random
 from typing import Any, Sequence
 
 from tinker import types
@@ -17,7 +18,10 @@ from tqdm.auto import tqdm
 from gemlab.config import adam_params
 from gemlab.datums import supervised_datum
 from gemlab.episodes import end_of_turn_ids, play_episode_now
+from gemlab.seeds import derive_seed
 from gemlab.templates import Template
+
+WARMUP_STREAM = -1  # the warm-up's seed stream; RL steps use 0, 1, 2, ... (gemlab.step.play_batch)
 
 
 def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int) -> list[types.Datum]:
@@ -42,6 +46,7 @@ async def warmup_async(
     """``config.warmup_steps`` cross-entropy steps of ``config.batch_size`` examples; returns the
     mean loss per answer token at each step. ``progress``: ``True`` for a bar of its own, ``False``
     for none, or a tqdm bar to advance by one a step (a notebook's text bar)."""
+    random.seed(derive_seed(config.seed, WARMUP_STREAM))  # GEM's scripted answers draw from the global random
     own_bar = isinstance(progress, bool)
     bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress) if own_bar else progress
     losses: list[float] = []

@@ -161,3 +161,19 @@ def test_astep_cancelled_from_a_foreign_loop_leaves_a_consistent_trainer(tmp_pat
         assert trainer.consistent
         assert trainer.step_index == len(trainer.history) == len(_lines(trainer.run_dir / "metrics.jsonl"))
         assert trainer.step()["step"] == trainer.step_index - 1
+
+
+def test_warmup_data_is_the_seeds_not_what_ran_before(tmp_path):
+    """The scripted warm-up answers come from GEM's global ``random``: the warm-up reseeds it, so an
+    evaluation (or anything else) played before it cannot change what the model is warmed up on."""
+    import random
+
+    losses = []
+    for name, noise in (("quiet", 0), ("after-noise", 1000)):
+        trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name, **SMALL), progress=False)
+        for _ in range(noise):
+            random.random()
+        trainer.warmup()
+        trainer.close()
+        losses.append(_lines(tmp_path / name / "warmup.jsonl"))
+    assert losses[0] == losses[1]

@@ -43,7 +43,7 @@ DIFFERENCES = {
     "TrainingClient.get_tokenizer": "the local model's tokenizer",
     "TrainingClient.get_console_url": "the run's checkpoint folder as a `file://` URI",
     "TrainingClient.get_telemetry": "`None`",
-    "SamplingClient.sample": "`topk_*_logprobs`, `target_prompt_logprobs`, `prompt_alt_tokens_k` raise",
+    "SamplingClient.sample": "`topk_prompt_logprobs`, `target_prompt_logprobs`, `prompt_alt_tokens_k` raise",
     "SamplingClient.from_sampler_handle": "handles of this process only",
     "SamplingClient.get_sampler_handle": "valid in this process only",
     "SamplingClient.get_tokenizer": "the local model's tokenizer",

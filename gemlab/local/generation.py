@@ -13,6 +13,9 @@ What a row returns, matching Tinker:
   vocabulary (top-k/top-p truncation is not renormalized). At temperature 1 that is exactly
   the training logprob of the same weights. Temperature 0 means greedy, with the plain
   ``log_softmax(logits)`` logprob.
+- ``top_ids[i]`` and ``top_logprobs[i]`` (when a row asks for ``top_logprobs = k``) are the ``k``
+  most likely tokens at position ``i`` under that same distribution, most likely first, with their
+  logprobs (Tinker's ``topk_sample_logprobs``): when greedy, the first is the sampled token.
 - The stop token, or the tokens that complete a stop string, are included in ``tokens``;
   ``stop_reason`` is ``"stop"`` then, ``"length"`` when ``max_tokens`` ran out.
 - ``stop=None`` stops at the model's EOS tokens; a list of strings or token ids stops there too,
@@ -55,6 +58,7 @@ class Row:
     stop_ids: frozenset[int]
     stop_strings: tuple[str, ...]
     generator: torch.Generator
+    top_logprobs: int = 0  # k most likely tokens to report at each position (0: none)
 
 
 @dataclass
@@ -64,10 +68,16 @@ class RowResult:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: str = "length"
+    top_ids: list[list[int]] = field(default_factory=list)  # per position, when the row asked for top_logprobs
+    top_logprobs: list[list[float]] = field(default_factory=list)
 
 
-def choose_tokens(logits: torch.Tensor, rows: Sequence[Row]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next token of each row (temperature, top-k, top-p, its own generator) and its logprob."""
+def choose_tokens(
+    logits: torch.Tensor, rows: Sequence[Row]
+) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """Next token of each row (temperature, top-k, top-p, its own generator), its logprob, and
+    the most likely tokens with their logprobs (as many as the most any row asks for; ``None``
+    when no row asks)."""
     device = logits.device
     temperature = torch.tensor([r.temperature for r in rows], device=device)
     greedy = temperature <= 0
@@ -90,7 +100,9 @@ def choose_tokens(logits: torch.Tensor, rows: Sequence[Row]) -> tuple[torch.Tens
     cdf = probs.cumsum(-1)
     drawn = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True)[:, 0]
     tokens = torch.where(greedy, logits.argmax(-1), drawn.clamp(max=probs.shape[-1] - 1))
-    return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
+    most = min(max(r.top_logprobs for r in rows), logprobs.shape[-1])
+    top = logprobs.topk(most, dim=-1) if most > 0 else None
+    return tokens, logprobs.gather(-1, tokens[:, None])[:, 0], None if top is None else (top.indices, top.values)
 
 
 def _hit_stop_string(row: Row, tokens: list[int], decode: Callable[[list[int]], str]) -> bool:
@@ -110,7 +122,14 @@ def generate(model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[lis
     live = list(range(len(rows)))  # batch row -> index into rows
     while True:
         live_rows = [rows[i] for i in live]
-        tokens, logprobs = choose_tokens(logits, live_rows)
+        tokens, logprobs, top = choose_tokens(logits, live_rows)
+        if top is not None:
+            top_ids, top_logprobs = top[0].tolist(), top[1].tolist()
+            for j, index in enumerate(live):
+                k = rows[index].top_logprobs
+                if k:
+                    results[index].top_ids.append(top_ids[j][:k])
+                    results[index].top_logprobs.append(top_logprobs[j][:k])
         keep = []
         for j, (index, token, logprob) in enumerate(zip(live, tokens.tolist(), logprobs.tolist())):
             row, result = rows[index], results[index]

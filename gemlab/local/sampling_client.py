@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 import torch
 from tinker import SamplingClient, types
+from tinker.types.topk_logprobs import TopkLogprobs
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
 from gemlab.local import lora
 from gemlab.local.models import LoadedModel
 from gemlab.local.errors import unavailable
-from gemlab.local.generation import MAX_ROWS, Request, Row, SampleBatcher, generate
+from gemlab.local.generation import MAX_ROWS, Request, Row, RowResult, SampleBatcher, generate
 from gemlab.local.scoring import micro_batches, target_logprobs
 
 if TYPE_CHECKING:
@@ -94,10 +95,10 @@ class LocalSamplingClient(SamplingClient):
         prompt_alt_tokens_k: int = 0,
         prompt_logprobs_last_n: int | None = None,
     ) -> APIFuture[types.SampleResponse]:
-        """Generate ``num_samples`` completions of ``prompt``; a future of the ``SampleResponse``."""
+        """Generate ``num_samples`` completions of ``prompt``; a future of the ``SampleResponse``
+        (with each sampled token's ``topk_sample_logprobs`` most likely alternatives when asked)."""
         unsupported = {
             "topk_prompt_logprobs": topk_prompt_logprobs,
-            "topk_sample_logprobs": topk_sample_logprobs,
             "target_prompt_logprobs": target_prompt_logprobs,
             "prompt_alt_tokens_k": prompt_alt_tokens_k,
         }
@@ -108,7 +109,9 @@ class LocalSamplingClient(SamplingClient):
         _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs, len(tokens))
         if not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-        rows, request_index = self._rows(tokens, num_samples, sampling_params)
+        if isinstance(topk_sample_logprobs, bool) or not isinstance(topk_sample_logprobs, int) or topk_sample_logprobs < 0:
+            raise ValueError(f"topk_sample_logprobs must be a non-negative integer, got {topk_sample_logprobs!r}")
+        rows, request_index = self._rows(tokens, num_samples, sampling_params, topk_sample_logprobs)
         job = _Job(
             self,
             tokens,
@@ -229,9 +232,13 @@ class LocalSamplingClient(SamplingClient):
             )
         return tokens
 
-    def _rows(self, tokens: list[int], num_samples: int, params: types.SamplingParams) -> tuple[list[Row], int]:
+    def _rows(
+        self, tokens: list[int], num_samples: int, params: types.SamplingParams, top_logprobs: int
+    ) -> tuple[list[Row], int]:
         limit = self._model.context_length - len(tokens)
         max_tokens = limit if params.max_tokens is None else params.max_tokens
+        if self._base_model != self._model.name and limit >= 1 and max_tokens > limit:
+            max_tokens = limit  # a stand-in for a Tinker model: the sample ends with the stand-in's context ("length")
         if max_tokens < 1 or max_tokens > limit:
             raise ValueError(
                 f"max_tokens={params.max_tokens} does not fit: the prompt has {len(tokens)} tokens and "
@@ -252,6 +259,7 @@ class LocalSamplingClient(SamplingClient):
                 stop_ids=stop_ids,
                 stop_strings=stop_strings,
                 generator=torch.Generator().manual_seed(derive_seed(seed, j)),
+                top_logprobs=min(top_logprobs, self._model.vocab_size),
             )
             for j in range(num_samples)
         ]
@@ -349,6 +357,7 @@ def _run_group(requests: list[Request]) -> list[Any]:
                 sequence_id=f"{job.sequence_prefix}-{j}",
                 tokens_np=np.asarray(result.tokens, dtype=np.int32),
                 logprobs_np=np.asarray(result.logprobs, dtype=np.float32),
+                topk_logprobs_np=_topk(result),
             )
             for j, result in enumerate(results)
         ]
@@ -357,6 +366,15 @@ def _run_group(requests: list[Request]) -> list[Any]:
             prompt_np = np.asarray([np.nan if x is None else x for x in prompt_logprobs], dtype=np.float32)
         outputs.append(types.SampleResponse(sequences=sequences, prompt_logprobs_np=prompt_np))
     return outputs
+
+
+def _topk(result: RowResult) -> TopkLogprobs | None:
+    """A row's top-k alternatives as Tinker's dense ``(tokens, k)`` matrices (``None`` when not asked)."""
+    if not result.top_ids:
+        return None
+    return TopkLogprobs(
+        token_ids=np.asarray(result.top_ids, dtype=np.int32), logprobs=np.asarray(result.top_logprobs, dtype=np.float32)
+    )
 
 
 def release_adapter(model: LoadedModel, adapter: str) -> None:

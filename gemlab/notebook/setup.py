@@ -1,9 +1,10 @@
 """What the first cell of every notebook sets up, in one call.
 
 ```python
-from gemlab.notebook import data_folder, setup
+from gemlab.notebook import data_folder, preset_for, setup
 
 QUICK, BACKEND = setup()
+PRESET = preset_for(BACKEND)
 DATA = data_folder("runs")
 ```
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from gemlab.backend import resolve_backend
+from gemlab.config import LAPTOP
 
 QUICK_ENV = "GEMLAB_QUICK"
 
@@ -30,6 +32,19 @@ class Setup(NamedTuple):
 def setup() -> Setup:
     """Read quick mode and the backend (library log noise is handled where gemlab imports gem)."""
     return Setup(quick=os.environ.get(QUICK_ENV) == "1", backend=resolve_backend("auto"))
+
+
+def preset_for(backend: str) -> str:
+    """The preset a notebook trains with on ``backend``: ``"laptop"`` wherever its model
+    (gemlab/tiny) is served, which is the local backend and a Tinker server that lists it (gemlab's,
+    ``python -m gemlab.local.http``); ``"gem"``, GEM's defaults, on Tinker's own models. The server
+    is asked with ``tinker.RestClient().get_server_capabilities()``, which needs no session."""
+    if resolve_backend(backend) == "local":
+        return "laptop"
+    import tinker
+
+    served = tinker.RestClient().get_server_capabilities().result().supported_models
+    return "laptop" if any(model.model_name == LAPTOP["model_name"] for model in served) else "gem"
 
 
 def data_folder(name: str) -> Path | None:

@@ -13,7 +13,7 @@ Extensions to OpenAI's response format, for training on what was sampled:
 ``logprobs`` follow OpenAI's formats (chat: ``logprobs.content[*].{token, logprob, bytes,
 top_logprobs}``; completions: ``logprobs.{tokens, token_logprobs, top_logprobs, text_offset}``)
 with one entry per sampled token, aligned with ``token_ids``; top alternatives come from the
-sampler's ``topk_sample_logprobs`` (Tinker has it; a sampler without it answers 400). ``tools``
+sampler's ``topk_sample_logprobs`` (Tinker's and the local backend's). ``tools``
 and ``tool_choice`` go into the chat template and calls come back as ``message.tool_calls``
 (see ``tools.py``). Errors are OpenAI's JSON shape, each one line in the ``gemlab.serve`` log:
 400 malformed body, invalid Unicode or unsupported field, 401 wrong key, 400 foreign ``Host``,

@@ -191,10 +191,7 @@ async def generate(
     top_k = request.top_k
     prompt = types.ModelInput.from_ints(prompt_tokens)
     try:
-        try:
-            future = client.sample(prompt, request.n, params, **({"topk_sample_logprobs": top_k} if top_k else {}))
-        except NotImplementedError:  # a sampler without top-k (the local backend): the sampled tokens' logprobs only
-            top_k, future = 0, client.sample(prompt, request.n, params)
+        future = client.sample(prompt, request.n, params, **({"topk_sample_logprobs": top_k} if top_k else {}))
         # shielded: a client that disconnects cancels its handler, never the batch it shares
         response = await asyncio.shield(future.result_async())
     except (ValueError, TypeError) as exc:

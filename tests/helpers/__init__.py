@@ -5,5 +5,5 @@
 - ``scripted``: a scripted sampling client that plays fixed guesses;
 - ``http_server``: a ``python -m gemlab.local.http`` server in its own process, and clients of it;
 - ``cookbook``: tinker-cookbook 0.6.1 installed on first use, and a recipe's logged metrics;
-- ``scripts``: whole Tinker programs as text (a GEM-style RL loop) to run unmodified.
+- ``gem_train``: GEM's ``tinker_train.py`` (verbatim in tests/fixtures/gem), its small flags and metrics.
 """

@@ -41,6 +41,7 @@ CLIENT = textwrap.dedent(
     by_path = service.create_sampling_client(model_path=sampler_path)
     base = service.create_sampling_client(base_model="gemlab/tiny")
     with_logprobs = base.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
+    greedy = base.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3, temperature=0.0), topk_sample_logprobs=2).result().sequences[0]
     resumed = service.create_training_client_from_state_with_optimizer(state).result()
     resumed_loss = resumed.forward([datum], "cross_entropy").result().metrics["loss:sum"]
     rest = service.create_rest_client()
@@ -54,6 +55,7 @@ CLIENT = textwrap.dedent(
         "sample_lens": [len(s.tokens) for s in sample.sequences],
         "by_path": len(by_path.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3)).result().sequences[0].tokens),
         "prompt_logprobs": with_logprobs.prompt_logprobs,
+        "greedy": [greedy.tokens, greedy.logprobs, greedy.topk_logprobs],
         "resumed_loss": resumed_loss,
         "checkpoints": sorted(c.checkpoint_id for c in listed.checkpoints),
         "weights_info_rank": rest.get_weights_info_by_tinker_path(state).result().lora_rank,
@@ -95,6 +97,9 @@ def test_the_sdk_trains_saves_samples_and_resumes_over_http(client_run: dict, se
     assert client_run["sample_lens"] == [4, 4] and len(set(client_run["sequence_ids"])) == 2
     assert client_run["by_path"] >= 1
     assert client_run["prompt_logprobs"][0] is None and len(client_run["prompt_logprobs"]) == 7
+    tokens, logprobs, top = client_run["greedy"]  # top-k of each sampled token: greedy picks the first
+    assert len(top) == len(tokens) and all(len(row) == 2 and row[0][0] == t for t, row in zip(tokens, top))
+    assert [row[0][1] for row in top] == pytest.approx(logprobs) and all(row[0][1] >= row[1][1] for row in top)
     assert client_run["checkpoints"] == ["sampler_weights/w1", "weights/s1"]
     assert client_run["weights_info_rank"] == 4 and client_run["sampler_base"] == "gemlab/tiny"
     assert server.alive()

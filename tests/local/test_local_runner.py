@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.scripts import GEM_STYLE_SCRIPT
+from tests.helpers import gem_train
 
 SCRIPT = textwrap.dedent(
     '''
@@ -101,16 +101,16 @@ def test_tinker_script_runs_unmodified(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_gem_style_script_loads_its_tokenizer_by_tinker_name(tmp_path: Path):
-    """As GEM's examples/train_tinker/tinker_train.py does: AutoTokenizer.from_pretrained(model_name)
-    with a Tinker model name, offline, the same tokenizer as the training client's."""
-    script = tmp_path / "tinker_train.py"
-    script.write_text(GEM_STYLE_SCRIPT)
-    done = _run_gemlab_local(tmp_path, str(script), "model_name=Qwen/Qwen3-8B-Base", "max_steps=2", HF_HUB_OFFLINE="1", TINKER_API_KEY="")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
-    assert [line.split()[1] for line in lines] == ["0", "1"]
-    assert all(abs(float(line.split()[-1])) < 1e-4 for line in lines)  # sampler and learner agree
-    assert done.stderr.count("Qwen/Qwen3-8B-Base is not available locally; using gemlab/tiny-chat") == 1
+def test_gems_tinker_train_py_unchanged_loads_its_tokenizer_by_tinker_name(tmp_path: Path):
+    """GEM's examples/train_tinker/tinker_train.py as published calls AutoTokenizer.from_pretrained(model_name)
+    with a Tinker model name: offline, it gets the training client's tokenizer, and the sampler agrees
+    with the learner."""
+    assert gem_train.script_is_upstreams(), "tests/fixtures/gem/tinker_train.py differs from GEM's file"
+    done = _run_gemlab_local(tmp_path, str(gem_train.SCRIPT), *gem_train.ARGS, TINKER_API_KEY="", **gem_train.ENV)
+    steps = gem_train.step_metrics(done.stdout)
+    assert [row["step"] for row in steps] == [0, 1]
+    assert all(abs(row["train/kl_sample_train_v1"]) < 1e-4 for row in steps)
+    assert done.stderr.count(f"{gem_train.MODEL} is not available locally; using gemlab/tiny-chat") == 1
 
 
 MODULE = textwrap.dedent(

@@ -209,3 +209,17 @@ def test_a_dropped_sampler_still_answers_its_queued_requests(service, training, 
         return await future
 
     assert len(asyncio.run(main()).sequences[0].tokens) == 3
+
+
+def test_a_stand_in_ends_samples_at_its_context_a_model_asked_by_name_refuses(service, monkeypatch):
+    """A Tinker name served by a local stand-in (GEM's max_tokens=2048 on gemlab/tiny-chat's 2048
+    tokens) samples until the stand-in's context is full; the local model by its own name refuses."""
+    monkeypatch.delenv("GEMLAB_LOCAL_MODEL", raising=False)
+    stand_in = service.create_sampling_client(base_model="Qwen/Qwen3-4B-Instruct-2507").result()
+    context = stand_in._model.context_length
+    prompt = types.ModelInput.from_ints([5] * (context - 3))
+    sequence = stand_in.sample(prompt, 1, params(max_tokens=2048)).result().sequences[0]
+    assert (len(sequence.tokens), sequence.stop_reason) == (3, "length")
+    by_name = service.create_sampling_client(base_model=stand_in._model.name).result()
+    with pytest.raises(ValueError, match="max_tokens=2048 does not fit"):
+        by_name.sample(prompt, 1, params(max_tokens=2048))

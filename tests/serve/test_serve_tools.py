@@ -155,8 +155,18 @@ def test_top_logprobs_come_from_the_samplers_top_k_in_openai_shape(sampler) -> N
     assert completion.choices[0].logprobs.top_logprobs[0] == {tokenizer.decode([tokens[0]]): -0.5, tokenizer.decode([tokens[0] + 1]): -1.5}
 
 
-def test_the_local_sampler_has_no_top_k_so_top_logprobs_are_empty(sampler) -> None:
+def test_the_local_samplers_top_logprobs_through_the_openai_client(sampler) -> None:
+    """Greedy: 3 alternatives per token, most likely first, and the first is the chosen token with
+    its logprob. Sampled: the chosen token is never more likely than the first alternative."""
     with serve(sampler) as server:
-        reply = client_of(server).chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=4, seed=1)
-    content = reply.choices[0].logprobs.content
-    assert content and all(entry.top_logprobs == [] and entry.logprob <= 0 for entry in content)
+        client = client_of(server)
+        greedy = client.chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6, temperature=0)
+        drawn = client.chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6, seed=1)
+    content = greedy.choices[0].logprobs.content
+    assert content and all(len(entry.top_logprobs) == 3 for entry in content)
+    for entry in content:
+        first = entry.top_logprobs[0]
+        assert (first.token, first.logprob) == (entry.token, pytest.approx(entry.logprob, abs=1e-6))
+        assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
+    for entry in drawn.choices[0].logprobs.content:
+        assert len(entry.top_logprobs) == 3 and entry.logprob <= entry.top_logprobs[0].logprob + 1e-6

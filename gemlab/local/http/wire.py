@@ -93,7 +93,8 @@ def encode_forward_backward_output(output: types.ForwardBackwardOutput) -> bytes
 
 
 def encode_sample_response(response: types.SampleResponse) -> bytes:
-    """``response`` as the SDK's protobuf (tokens as int32, logprobs as float32, NaN where there is none)."""
+    """``response`` as the SDK's protobuf (tokens as int32, logprobs as float32, NaN where there is none,
+    top-k alternatives as dense ``(tokens, k)`` matrices)."""
     msg = pb.SampleResponse()
     for sequence in response.sequences:
         item = msg.sequences.add(
@@ -101,6 +102,14 @@ def encode_sample_response(response: types.SampleResponse) -> bytes:
         )
         if sequence.logprobs is not None:
             item.logprobs = np.asarray(sequence.logprobs, dtype=np.float32).tobytes()
+        top = sequence.topk_logprobs_np
+        if top is not None:
+            length, k = top.token_ids.shape
+            item.topk_sampled_logprobs.CopyFrom(
+                pb.TopkLogprobs(
+                    token_ids=top.token_ids.astype(np.int32).tobytes(), logprobs=top.logprobs.astype(np.float32).tobytes(), k=k, length=length
+                )
+            )
     if response.prompt_logprobs is not None:
         values: list[Any] = [np.nan if x is None else x for x in response.prompt_logprobs]
         msg.prompt_logprobs = np.asarray(values, dtype=np.float32).tobytes()
