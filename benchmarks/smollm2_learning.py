@@ -96,7 +96,7 @@ def report(folder: Path, figure: Path | None) -> None:
 
     records = [json.loads(f.read_text()) for f in sorted(folder.glob("seed*/eval.json"))]
     stages = stages_of(records)
-    print(f"{'stage':8} " + " ".join(f"{'seed ' + str(r['seed']):<22}" for r in records) + "mean [95% CI over seeds]")
+    print(f"{'stage':8} " + " ".join(f"{'seed ' + str(r['seed']):<24}" for r in records) + "mean [95% CI over seeds]")
     means, errors = [], []
     for stage in stages:
         values = np.array([r[stage]["success"] for r in records if stage in r])
@@ -104,7 +104,7 @@ def report(folder: Path, figure: Path | None) -> None:
         half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
         means.append(mean)
         errors.append(half)
-        cells = " ".join(f"{cell(r, stage):<22}" for r in records)
+        cells = " ".join(f"{cell(r, stage):<24}" for r in records)
         print(f"{stage:8} {cells}{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]")
     walls = [r["wall_s"] / 60 for r in records]
     print(f"wall per seed: {', '.join(f'{w:.1f}' for w in walls)} min; load {[round(r['load'], 1) for r in records]}")
