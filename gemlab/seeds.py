@@ -14,6 +14,8 @@ Where each stream is used:
 - ``derive_seed(seed, step, 1)``: the batch's sampling seed, then ``derive_seed(that, round, env)``
   per episode and ``derive_seed(that, turn)`` per request;
 - ``derive_seed(batch seed, round, group, 2)``: the problem a GRPO group shares;
+- ``derive_seed(seed, k, 3)``: Python's global ``random`` before warm-up step ``k``'s scripted
+  examples (``gemlab/warmup.py``);
 - ``step_generator(seed, step)``: which transitions are trained on, and the minibatch order.
 """
 

@@ -9,6 +9,7 @@ preset's ``gemlab/tiny`` is pretrained and needs none; ``gemlab/tiny-random`` (n
 
 from __future__ import annotations
 
+import random
 from typing import Any, Sequence
 
 from tinker import types
@@ -17,11 +18,19 @@ from tqdm.auto import tqdm
 from gemlab.config import adam_params
 from gemlab.datums import supervised_datum
 from gemlab.episodes import end_of_turn_ids, play_episode_now
+from gemlab.seeds import derive_seed
 from gemlab.templates import Template
 
+# tags the warm-up's stream of randomness in ``derive_seed`` (see ``gemlab/seeds.py``)
+WARMUP_STREAM = 3
 
-def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int) -> list[types.Datum]:
-    """``count`` (prompt, scripted action) datums from playing the envs with their random actions."""
+
+def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int, seed: int) -> list[types.Datum]:
+    """``count`` (prompt, scripted action) datums from playing the envs with their random actions.
+    GEM's games draw their secret numbers and scripted guesses from Python's global ``random``,
+    which is seeded with ``seed`` first: the examples depend on it alone, not on what ran before
+    (an evaluation before the warm-up used to change them)."""
+    random.seed(seed)
     end = end_of_turn_ids(tokenizer)[:1]
     datums: list[types.Datum] = []
     while len(datums) < count:
@@ -42,8 +51,8 @@ async def warmup_async(
     """``config.warmup_steps`` cross-entropy steps of ``config.batch_size`` examples; returns the
     mean loss per answer token at each step."""
     losses: list[float] = []
-    for _ in tqdm(range(config.warmup_steps), desc="SFT warm-up", unit="step", disable=not progress):
-        datums = scripted_examples(envs, tokenizer, template, config.batch_size)
+    for k in tqdm(range(config.warmup_steps), desc="SFT warm-up", unit="step", disable=not progress):
+        datums = scripted_examples(envs, tokenizer, template, config.batch_size, derive_seed(config.seed, k, WARMUP_STREAM))
         backward = await training_client.forward_backward_async(datums, "cross_entropy")
         optim = await training_client.optim_step_async(adam_params(config.warmup_learning_rate))
         result = await backward.result_async()

@@ -1,10 +1,12 @@
 """The whole loop on the local backend: metrics, checkpoints, resume, and clean failures."""
 
 import json
+import random
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from gemlab import Trainer, make_config
 from gemlab.config import config_from_argv
@@ -50,6 +52,19 @@ def test_same_seed_same_episodes(tmp_path):
         runs.append([[t.act_tokens for t in e.transitions] for e in trainer.last_batch.episodes])
         trainer.close()
     assert runs[0] == runs[1]
+
+
+def test_warmup_depends_on_the_seed_alone(tmp_path):
+    """The warm-up's scripted games are the same whatever used Python's global random before it
+    (an evaluation before the warm-up resets its own envs, which reseeds it)."""
+    warmed = []
+    for name, before in (("a", 1), ("b", 2)):
+        trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name, **SMALL), progress=False)
+        random.seed(before)
+        trainer.warmup()
+        warmed.append([p.detach().clone() for p in trainer.training_client._params])
+        trainer.close()
+    assert all(torch.equal(x, y) for x, y in zip(warmed[0], warmed[1]))
 
 
 @pytest.mark.parametrize(
