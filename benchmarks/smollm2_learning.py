@@ -72,15 +72,22 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     return record
 
 
+def stages_of(records: list[dict]) -> list[str]:
+    """The evaluations the records hold, in order: base, warmup, every ``--eval-every`` step, rl."""
+    steps = sorted({int(key[4:]) for r in records for key in r if key.startswith("step") and key[4:].isdigit()})
+    return [s for s in ("base", "warmup", *(f"step{n}" for n in steps), "rl") if any(s in r for r in records)]
+
+
 def report(folder: Path, figure: Path | None) -> None:
-    """The result table over the recorded seeds (mean, 95% t-interval over seeds) and its figure."""
+    """The result table over the recorded seeds (each seed's success with its Wilson 95% interval
+    over games; the mean with its 95% t-interval over seeds) and its figure."""
     import matplotlib.pyplot as plt
     import numpy as np
     from scipy import stats
 
     records = [json.loads(f.read_text()) for f in sorted(folder.glob("seed*/eval.json"))]
-    stages = [s for s in ("base", "warmup", "rl") if any(s in r for r in records)]
-    print(f"{'stage':8} " + " ".join(f"seed {r['seed']:<6}" for r in records) + "   mean [95% CI over seeds]")
+    stages = stages_of(records)
+    print(f"{'stage':8} " + " ".join(f"{'seed ' + str(r['seed']):<24}" for r in records) + "mean [95% CI over seeds]")
     means, errors = [], []
     for stage in stages:
         values = np.array([r[stage]["success"] for r in records if stage in r])
@@ -88,14 +95,14 @@ def report(folder: Path, figure: Path | None) -> None:
         half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
         means.append(mean)
         errors.append(half)
-        cells = " ".join(f"{r[stage]['success']:<11.3f}" if stage in r else f"{'-':11}" for r in records)
-        print(f"{stage:8} {cells}   {mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]")
+        cells = " ".join(f"{cell(r, stage):<24}" for r in records)
+        print(f"{stage:8} {cells}{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]")
     walls = [r["wall_s"] / 60 for r in records]
     print(f"wall per seed: {', '.join(f'{w:.1f}' for w in walls)} min; load {[round(r['load'], 1) for r in records]}")
     if figure is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    left.bar(stages, means, yerr=None if len(records) < 2 else errors, capsize=6, color=["#999", "#6a9fd4", "#2b7a3d"][: len(stages)])
+    left.bar(stages, means, yerr=None if len(records) < 2 else errors, capsize=6, color=[{"base": "#999", "warmup": "#6a9fd4"}.get(s, "#2b7a3d") for s in stages])
     for r in records:
         left.plot([s for s in stages if s in r], [r[s]["success"] for s in stages if s in r], "k.", alpha=0.6)
     left.set_ylim(0, 1)
@@ -112,6 +119,17 @@ def report(folder: Path, figure: Path | None) -> None:
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(figure, dpi=120)
     print(f"wrote {figure}")
+
+
+def cell(record: dict, stage: str) -> str:
+    """``0.438 [0.28, 0.61]``: a seed's success at ``stage`` and its Wilson interval (``@N``: the RL
+    step of the final evaluation)."""
+    if stage not in record:
+        return "-"
+    result = record[stage]
+    low, high = result["interval95"]
+    at = f" @{result['step']}" if stage == "rl" else ""
+    return f"{result['success']:.3f} [{low:.2f}, {high:.2f}]{at}"
 
 
 def main() -> None:

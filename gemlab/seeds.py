@@ -14,6 +14,8 @@ Where each stream is used:
 - ``derive_seed(seed, step, 1)``: the batch's sampling seed, then ``derive_seed(that, round, env)``
   per episode and ``derive_seed(that, turn)`` per request;
 - ``derive_seed(batch seed, round, group, 2)``: the problem a GRPO group shares;
+- ``derive_seed(seed, -1)``: Python's global ``random`` before the warm-up's scripted examples
+  (``gemlab/warmup.py``; GEM's games draw from it, and an evaluation before would change them);
 - ``step_generator(seed, step)``: which transitions are trained on, and the minibatch order.
 """
 

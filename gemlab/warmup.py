@@ -21,7 +21,7 @@ from gemlab.episodes import end_of_turn_ids, play_episode_now
 from gemlab.seeds import derive_seed
 from gemlab.templates import Template
 
-WARMUP_STREAM = -1  # the warm-up's seed stream; RL steps use 0, 1, 2, ... (gemlab.step.play_batch)
+WARMUP_STREAM = -1  # derive_seed(seed, -1): the warm-up's stream (gemlab/seeds.py lists them all)
 
 
 def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int) -> list[types.Datum]:

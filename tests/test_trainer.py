@@ -2,6 +2,7 @@
 
 import io
 import json
+import random
 import subprocess
 import sys
 
@@ -166,8 +167,6 @@ def test_astep_cancelled_from_a_foreign_loop_leaves_a_consistent_trainer(tmp_pat
 def test_warmup_data_is_the_seeds_not_what_ran_before(tmp_path):
     """The scripted warm-up answers come from GEM's global ``random``: the warm-up reseeds it, so an
     evaluation (or anything else) played before it cannot change what the model is warmed up on."""
-    import random
-
     losses = []
     for name, noise in (("quiet", 0), ("after-noise", 1000)):
         trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name, **SMALL), progress=False)

@@ -165,7 +165,9 @@ def load(folder: Path) -> Checkpoint:
     optimizer = None
     if optimizer_file.is_file():
         try:
-            optimizer = torch.load(optimizer_file, weights_only=True)
+            # map to the CPU: a run saved on a GPU resumes on a laptop (the optimizer moves its state
+            # to its parameters' device when it loads it)
+            optimizer = torch.load(optimizer_file, weights_only=True, map_location="cpu")
         except Exception as error:  # torch's message advises weights_only=False: never for a damaged file
             raise ValueError(f"{optimizer_file} is damaged and cannot be read ({type(error).__name__})") from None
     return Checkpoint(weights=load_file(folder / WEIGHTS_FILE), meta=load_meta(folder), optimizer=optimizer)

@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 from tinker import types
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from gemlab.local import LocalServiceClient
 from gemlab.local.hf_models import cached_snapshot
@@ -17,22 +17,24 @@ from gemlab.tiny.model import load_tiny_tokenizer
 from tests.helpers.local import rl_datum
 
 NAME = "acme/mini-chat"
+QWEN3_NAME = "acme/qwen3-mini"  # a Qwen-class architecture (q/k norms, explicit head_dim)
 MARKER_TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] "
 
 
-def _save_into_hub_cache(cache, name: str) -> None:
-    """A tiny Llama and its tokenizer in the hub cache layout: refs/main names the snapshot."""
+def _save_into_hub_cache(cache, name: str, qwen3: bool = False) -> None:
+    """A tiny Llama (or Qwen3) and its tokenizer in the hub cache layout: refs/main names the snapshot."""
     commit = "0" * 40
     repo = cache / f"models--{name.replace('/', '--')}"
     snapshot = repo / "snapshots" / commit
     tokenizer = load_tiny_tokenizer()
     tokenizer.chat_template = MARKER_TEMPLATE
     torch.manual_seed(0)
-    config = LlamaConfig(
+    config_class, model_class = (Qwen3Config, Qwen3ForCausalLM) if qwen3 else (LlamaConfig, LlamaForCausalLM)
+    config = config_class(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
     )
-    LlamaForCausalLM(config).save_pretrained(snapshot)
+    model_class(config).save_pretrained(snapshot)
     tokenizer.save_pretrained(snapshot)
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
@@ -42,6 +44,7 @@ def _save_into_hub_cache(cache, name: str) -> None:
 def hub_cache(tmp_path, monkeypatch):
     cache = tmp_path / "hub"
     _save_into_hub_cache(cache, NAME)
+    _save_into_hub_cache(cache, QWEN3_NAME, qwen3=True)
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return cache
@@ -63,6 +66,24 @@ def test_cached_model_loads_by_name_with_its_own_tokenizer(hub_cache, tmp_path):
     data = [rl_datum(prompt, s.tokens, s.logprobs, 1.0) for s in response.sequences]
     out = training.forward_backward(data, "importance_sampling").result()
     assert torch.isfinite(torch.tensor(out.metrics["loss:sum"]))
+
+
+def test_cached_qwen3_trains_by_name(hub_cache, tmp_path):
+    service = LocalServiceClient(device="cpu", root=tmp_path / "ckpt")
+    training = service.create_lora_training_client(base_model=QWEN3_NAME, rank=4, seed=0).result()
+    assert training._model.model.config.model_type == "qwen3"
+    adapted = {name.split(".")[-1] for name in training._model.peft.peft_config[training._adapter].target_modules}
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}  # Tinker adapts the unembedding too
+    tokenizer = training.get_tokenizer()
+    prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False))
+    sampling = training.save_weights_and_get_sampling_client().result()
+    response = sampling.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4, seed=1)).result()
+    data = [rl_datum(prompt, s.tokens, s.logprobs, 1.0) for s in response.sequences]
+    before = [p.detach().clone() for p in training._params]
+    out = training.forward_backward(data, "importance_sampling").result()
+    training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    assert torch.isfinite(torch.tensor(out.metrics["loss:sum"]))
+    assert any(not torch.equal(a, b) for a, b in zip(before, training._params))
 
 
 def test_absent_name_maps_to_the_stand_in_with_one_line(hub_cache, caplog):

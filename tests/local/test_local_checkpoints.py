@@ -4,6 +4,8 @@ samplers, paths, and determinism given the seed."""
 from __future__ import annotations
 
 import os
+import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,6 +52,30 @@ def test_save_state_round_trip_is_exact(service, training, prompt):
         train_step(client, prompt, [3, 4])
     for a, b, c in zip(weights(training), weights(other), weights(resumed)):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def as_saved_on_a_gpu(optimizer_file: Path) -> None:
+    """Rewrite ``optimizer_file`` as ``torch.save`` writes CUDA tensors: each storage's location
+    tag becomes ``cuda:0`` (the bytes stay), which a CPU-only ``torch.load`` refuses unless mapped."""
+    with zipfile.ZipFile(optimizer_file) as old:
+        members = {info.filename: old.read(info) for info in old.infolist()}
+    pickle_name = next(name for name in members if name.endswith("/data.pkl"))
+    cpu_tag, cuda_tag = b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0"  # BINUNICODE: 4-byte length, then text
+    assert cpu_tag in members[pickle_name]
+    members[pickle_name] = members[pickle_name].replace(cpu_tag, cuda_tag)
+    with zipfile.ZipFile(optimizer_file, "w", zipfile.ZIP_STORED) as new:
+        for name, data in members.items():
+            new.writestr(name, data)
+
+
+def test_state_saved_on_a_gpu_resumes_on_a_cpu(service, training, prompt):
+    train_step(training, prompt)
+    saved = training.save_state("from-gpu").result()
+    as_saved_on_a_gpu(checkpoints.resolve(saved.path) / "optimizer.pt")
+    resumed = service.create_training_client_from_state_with_optimizer(saved.path).result()
+    for client in (training, resumed):
+        train_step(client, prompt, [3, 4])
+    assert all(torch.equal(a, b) for a, b in zip(weights(training), weights(resumed)))
 
 
 def test_load_state_restores_weights_and_restarts_the_optimizer(service, training, prompt):
