@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -160,6 +160,14 @@ def test_malformed_json_is_a_400(server, body: bytes) -> None:
     still_serves(server)
 
 
+def wait_until(condition: Callable[[], bool], seconds: float = 120) -> bool:
+    """Poll ``condition`` until it holds or ``seconds`` pass (generous: a loaded CI machine is slow)."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
 def test_too_many_concurrent_requests_get_a_clear_busy_answer(sampler) -> None:
     gated = GatedSampler(sampler)
     with serve(gated, max_concurrent=2) as server:
@@ -167,10 +175,7 @@ def test_too_many_concurrent_requests_get_a_clear_busy_answer(sampler) -> None:
         held = [threading.Thread(target=still_serves, args=(server,)) for _ in range(2)]
         for thread in held:
             thread.start()
-        for _ in range(500):  # until both are in flight (at most 5 s)
-            if limits.in_flight == 2:
-                break
-            time.sleep(0.01)
+        assert wait_until(lambda: limits.in_flight == 2), "the two held requests never both reached the sampler"
         busy = httpx.post(server.url + "/chat/completions", json={"model": MODEL, "messages": HI})
         error = assert_error(busy, 503, "server_busy")
         assert busy.headers["retry-after"] == "1" and error["type"] == "server_error"
@@ -206,17 +211,9 @@ def test_clients_that_leave_mid_upload_or_mid_sampling_leave_the_server_healthy(
         for _ in range(3):
             with socket.create_connection((server.host, server.port)) as sock:
                 sock.sendall(head + body)  # leaves while its sample is held
-        for _ in range(500):
-            if limits.in_flight == 3:
-                break
-            time.sleep(0.01)
-        assert limits.in_flight == 3
+        assert wait_until(lambda: limits.in_flight == 3)
         gated.gate.set()
-        for _ in range(1000):  # the abandoned requests finish (at most 10 s)
-            if limits.in_flight == 0:
-                break
-            time.sleep(0.01)
-        assert limits.in_flight == 0
+        assert wait_until(lambda: limits.in_flight == 0)  # the abandoned requests finish
         still_serves(server)
 
 
