@@ -57,7 +57,7 @@ def check_wandb(project: str | None) -> None:
         raise ValueError(f"wandb_project={project!r} needs the wandb package: pip install wandb (or leave wandb_project unset)") from None
     if os.environ.get("WANDB_MODE") in ("offline", "disabled") or os.environ.get("WANDB_API_KEY"):
         return
-    if not wandb.api.api_key:
+    if not wandb.login(verify=False, prompt=False):  # reads the key wandb would use; no prompt, no network
         raise ValueError(f"wandb_project={project!r}: wandb is not logged in; run `wandb login`, set WANDB_API_KEY, or WANDB_MODE=offline")
 
 
