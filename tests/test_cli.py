@@ -30,7 +30,7 @@ BAD = [
     (["keep_checkpoints=-1"], "keep_checkpoints must be at least 0, got -1"),
     (["max_tokens=10000000"], "max_tokens=10000000 is more than gemlab/tiny's context of 2048 tokens; use at most 2048"),
     (["lora_rank=100000"], "LoRA rank 100000 is more than gemlab/tiny's hidden size 128; use a rank of at most 128"),
-    (["wandb_project=x"], "wandb_project='x' "),
+    (["wandb_project=x"], "wandb_project='x'"),  # wandb missing or not logged in: both name the field
     (["loss_fn=ppo", "loss_fn_config.clip_low_threshold=nan"], "loss_fn_config.clip_low_threshold must be a finite number, got nan"),
     (["loss_fn=dro"], "loss_fn='dro' is refused: with the Trainer's datums it pulls every prompt token"),
     (["loss_fn=stable_reinforce"], "loss_fn='stable_reinforce' is refused: on real Tinker it needs record_stability_info"),
