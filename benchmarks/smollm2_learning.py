@@ -107,7 +107,7 @@ def report(folder: Path, figure: Path | None) -> None:
         left.plot([s for s in stages if s in r], [r[s]["success"] for s in stages if s in r], "k.", alpha=0.6)
     left.set_ylim(0, 1)
     left.set_ylabel(f"success on the fixed {len(records[0]['warmup']['wins'])} games")
-    left.set_title(f"SmolLM2-135M: base, SFT warm-up, RL\n(mean of {len(records)} seed(s); 95% CI over seeds when 2+)")
+    left.set_title(f"SmolLM2-135M by stage: {', '.join(stages)}\n(mean of {len(records)} seed(s); 95% CI over seeds when 2+)")
     for r in records:
         rows = [json.loads(line) for line in (folder / f"seed{r['seed']}" / "metrics.jsonl").read_text().splitlines() if line]
         right.plot([row["step"] for row in rows], [row["sampler/success_rate"] for row in rows], marker="o", label=f"seed {r['seed']}")
