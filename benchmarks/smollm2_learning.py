@@ -3,7 +3,7 @@ after RL, per seed, with the run's config and metrics recorded (no checkpoints).
 
     python benchmarks/smollm2_learning.py --seeds 0 1 2 --minutes 20 --out data/smollm2
     python benchmarks/smollm2_learning.py --probe template=chat          # base and warm-up only
-    python benchmarks/smollm2_learning.py --report data/smollm2 --figure docs/figures/smollm2-learning.png
+    python benchmarks/smollm2_learning.py --report data/smollm2-seeds --figure docs/figures/smollm2-seeds.png
 
 Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it), the fixed evaluation
 set of ``gemlab.evaluate`` before anything, after ``Trainer.warmup()``, and after RL steps until
