@@ -35,7 +35,8 @@ from gemlab.studies.definitions import ENVIRONMENTS, STEPS, STUDIES, TUNING_SEED
 from gemlab.studies.figures import FIGURES, aggregate_table, best_learning_rates, contrast_table, outcome_table
 from gemlab.studies.runner import estimate_seconds, format_duration, read_timings, run_studies
 
-REFERENCES = tuple(Path("data/figures") / study for study in ("gamma", "algorithms"))  # recorded step times
+# recorded costs: the pilot's timings.jsonl (CPU seconds per step), then the old runs' step times
+REFERENCES = tuple(Path(root) / study for root in ("data/pilot", "data/figures") for study in ("gamma", "tuning", "algorithms"))
 
 
 def parse_overrides(pairs: list[str]) -> dict:

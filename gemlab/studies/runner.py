@@ -182,6 +182,18 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
     return timings
 
 
+def recorded_cpu_seconds(run: Run, references: Sequence[Path]) -> float | None:
+    """CPU seconds per step of a run of ``run``'s arm (its evaluations and model loading included),
+    from a study's ``timings.jsonl``; ``None`` when none was timed in its own process. CPU time is
+    what a job costs on an idle core, whatever the load was when it was recorded."""
+    arms = (run.arm, run.arm.split("-lr", 1)[0])
+    for root in references:
+        for row in read_rows(Path(root) / TIMINGS_FILE).rows:
+            if row.get("cpu_s") and row.get("steps") and row["run"].rsplit("-seed", 1)[0] in arms:
+                return float(row["cpu_s"]) / int(row["steps"])
+    return None
+
+
 def recorded_step_seconds(run: Run, references: Sequence[Path]) -> tuple[float, float] | None:
     """(seconds per training step, seconds per evaluation) of ``run``'s arm, from the ``time/*``
     metrics of any run of that arm (or of the same method and environment at another learning
@@ -200,11 +212,16 @@ def recorded_step_seconds(run: Run, references: Sequence[Path]) -> tuple[float, 
 
 def estimate_seconds(runs: Iterable[Run], references: Sequence[Path], *, jobs: int = 1) -> tuple[float, list[str]]:
     """Wall seconds the unfinished steps and evaluations of ``runs`` should take over ``jobs``
-    parallel jobs (assuming each job gets a core), from recorded step times; and the arms that
-    have no recorded time (left out of the estimate)."""
+    parallel jobs (assuming each job gets a core), from recorded CPU seconds per step where a
+    ``timings.jsonl`` has them, else from recorded step times (wall: too long if the recording
+    machine was loaded); and the arms that have neither (left out of the estimate)."""
     seconds, unknown = 0.0, []
     for run in runs:
         if finished(run):
+            continue
+        cpu = recorded_cpu_seconds(run, references)
+        if cpu is not None:
+            seconds += cpu * (run.config.max_steps - steps_done(run))
             continue
         recorded = recorded_step_seconds(run, references)
         if recorded is None:

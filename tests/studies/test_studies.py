@@ -217,3 +217,17 @@ def test_a_study_run_reruns_from_its_config_json_with_the_same_metrics(tmp_path)
     again = _rows(tmp_path / "again" / config.run_name / "metrics.jsonl")
     assert _untimed(again) == _untimed(_rows(saved / "metrics.jsonl"))
     assert main([f"config={tmp_path / 'missing.json'}"]) == 2
+
+
+def test_the_estimate_prices_a_step_by_its_recorded_cpu_seconds(tmp_path):
+    """A study's timings.jsonl gives CPU seconds per step (evaluations included), which a loaded
+    recording machine does not inflate; the wall time/step of old runs is only the fallback."""
+    run = _tiny_run(tmp_path, "a")  # arm "r", 4 steps, nothing run yet
+    reference = tmp_path / "ref"
+    reference.mkdir()
+    (reference / "timings.jsonl").write_text(
+        json.dumps({"run": "other-seed0", "steps": 5, "wall_s": 50.0, "cpu_s": 5.0}) + "\n"
+        + json.dumps({"run": "r-seed7", "steps": 10, "wall_s": 500.0, "cpu_s": 100.0}) + "\n"
+    )
+    assert estimate_seconds([run], [reference]) == (40.0, [])
+    assert estimate_seconds([run], [reference], jobs=2) == (20.0, [])
