@@ -36,3 +36,15 @@ def get_service_client(backend: str = "auto", **kwargs: Any) -> Any:
     import tinker
 
     return tinker.ServiceClient(**kwargs)
+
+
+def served_models(service_client: Any) -> list[Any]:
+    """The models a backend serves (Tinker's ``SupportedModel`` list). Tinker is asked through its
+    ``RestClient``, which needs no session (the SDK deprecates ``ServiceClient.get_server_capabilities``);
+    gemlab's local service client answers itself."""
+    import tinker
+
+    if isinstance(service_client, tinker.ServiceClient):
+        return tinker.RestClient().get_server_capabilities().result().supported_models
+    return service_client.get_server_capabilities().supported_models
+

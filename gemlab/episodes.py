@@ -4,7 +4,7 @@
 for an action and ``env.step`` it until the game ends. A policy is any function from the
 observation text to an action (``str``, or an ``Action`` that also carries the sampled tokens),
 sync or async: a language model (``llm_policy``: observation -> template -> tokens ->
-``sample_async`` -> decode), a text function, a scripted teacher; a person plays through the
+``sample`` -> decode), a text function, a scripted teacher; a person plays through the
 same ``play_turn`` (``gemlab.viewer.GameWidget``). ``play_episode_now`` runs the loop without an
 event loop for policies that answer at once.
 
@@ -93,7 +93,7 @@ class RolloutBatch:
 class TurnRounds:
     """A sampling client stand-in that sends the live episodes' requests together, in env order.
 
-    Each episode's ``sample_async`` waits until every live episode has asked (or finished); then
+    Each episode's ``sample`` waits until every live episode has asked (or finished); then
     all requests go out at once, ordered by env index. A request that raises is retried after
     each of ``retry_delays`` seconds; errors that retrying cannot fix (``ValueError``,
     ``TypeError``: bad input) are not retried.
@@ -111,7 +111,7 @@ class TurnRounds:
         rounds = self
 
         class _Client:
-            async def sample_async(self, **request: Any) -> Any:
+            async def sample(self, **request: Any) -> Any:
                 return await rounds.sample(index, request)
 
         return _Client()
@@ -137,7 +137,7 @@ class TurnRounds:
     async def _send(self, request: dict[str, Any]) -> Any:
         for delay in (*self.retry_delays, None):
             try:
-                return await self.client.sample_async(**request)
+                return await self.client.sample(**request)
             except (ValueError, TypeError):
                 raise
             except Exception:
@@ -264,7 +264,7 @@ def llm_policy(
     async def act(observation: str) -> Action:
         obs_tokens = template.render(observation, tokenizer)
         turn = next(turns)
-        response = await sampling_client.sample_async(
+        response = await sampling_client.sample(
             prompt=types.ModelInput.from_ints(obs_tokens),
             num_samples=1,
             sampling_params=sampling_params(tokenizer, max_tokens, temperature, None if seed is None else derive_seed(seed, turn)),

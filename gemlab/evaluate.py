@@ -102,7 +102,7 @@ def evaluate_trainer(trainer: Any, num_games: int = NUM_GAMES, *, progress: Any 
     config = trainer.config
 
     async def run() -> EvalResult:
-        sampler = await trainer.training_client.save_weights_and_get_sampling_client_async()
+        sampler = await trainer.training_client.save_weights_and_get_sampling_client()
         return await evaluate_async(
             sampler, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens,
             num_games=num_games, temperature=config.temperature, env_wrappers=config.env_wrappers, progress=progress,

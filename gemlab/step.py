@@ -66,7 +66,7 @@ class Prepared:
 # ----- 1-2. sample ------------------------------------------------------------------------------
 async def sample(training_client: Any, players: Players, step: int) -> RolloutBatch:
     """Steps 1-2: a snapshot of the current weights plays the envs until ``batch_size`` transitions."""
-    sampling_client = await training_client.save_weights_and_get_sampling_client_async()
+    sampling_client = await training_client.save_weights_and_get_sampling_client()
     batch = await play_batch(players, step, sampling_client)
     stamp_version(batch, step)
     return batch
@@ -142,8 +142,8 @@ async def update(training_client: Any, datums: list[types.Datum], minibatches: l
     outputs: list[Any] = [None] * len(datums)
     train: dict[str, list[float]] = {}
     for minibatch in minibatches:
-        backward = await training_client.forward_backward_async([datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config)
-        optim = await training_client.optim_step_async(adam_params(config.learning_rate))
+        backward = training_client.forward_backward([datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config)
+        optim = training_client.optim_step(adam_params(config.learning_rate))
         result = await backward.result_async()
         check_finite(result.metrics)
         try:

@@ -33,7 +33,7 @@ from typing import Any, Coroutine, TypeVar
 import chz
 from tqdm.auto import tqdm
 
-from gemlab.backend import get_service_client, resolve_backend
+from gemlab.backend import get_service_client, resolve_backend, served_models
 from gemlab.config import Config
 from gemlab.envs import check_env_id, make_envs, wrapper_names
 from gemlab.episodes import RolloutBatch, Transition
@@ -64,7 +64,7 @@ def check_wandb(project: str | None) -> None:
 def check_context(service_client: Any, config: Config) -> None:
     """Refuse ``max_tokens`` beyond the model's context, when the backend lists the model."""
     try:
-        models = service_client.get_server_capabilities().supported_models
+        models = served_models(service_client)
     except Exception:  # a backend that cannot say: the first sample will
         return
     limit = next((m.max_context_length for m in models if m.model_name == config.model_name and m.max_context_length), None)
@@ -187,9 +187,11 @@ class Trainer:
             changes = self.folder.check_config(config)
             self.service_client = service_client
             self._loop = _LoopThread()
-            self.training_client = self._loop.run(
-                service_client.create_lora_training_client_async(base_model=config.model_name, rank=config.lora_rank, seed=config.seed)
-            )
+
+            async def create() -> Any:  # the SDK's future of the client, awaited on the trainer's loop
+                return await service_client.create_lora_training_client(base_model=config.model_name, rank=config.lora_rank, seed=config.seed)
+
+            self.training_client = self._loop.run(create())
             self.tokenizer = self.training_client.get_tokenizer()
             self.envs = make_envs(
                 config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=self.tokenizer, group_size=config.group_size
@@ -365,7 +367,7 @@ class Trainer:
             return self.checkpoints[-1]["state_path"]  # already saved at this step
         name = f"step{self.step_index:06d}"
         self.folder.will_save(name)  # recorded first: a save cut by a kill is known to be gemlab's
-        saved = await (await self.training_client.save_state_async(name)).result_async()
+        saved = await self.training_client.save_state(name)
         self.folder.add_checkpoint(name, self.step_index, saved.path, self.history)
         return saved.path
 

@@ -52,8 +52,8 @@ async def warmup_async(
     losses: list[float] = []
     for _ in range(config.warmup_steps):
         datums = scripted_examples(envs, tokenizer, template, config.batch_size)
-        backward = await training_client.forward_backward_async(datums, "cross_entropy")
-        optim = await training_client.optim_step_async(adam_params(config.warmup_learning_rate))
+        backward = training_client.forward_backward(datums, "cross_entropy")
+        optim = training_client.optim_step(adam_params(config.warmup_learning_rate))
         result = await backward.result_async()
         await optim.result_async()
         answer_tokens = sum(float(d.loss_fn_inputs["weights"].to_torch().sum()) for d in datums)

@@ -35,7 +35,7 @@ def test_episode_records_tokens_logprobs_and_rewards():
 
 def test_invalid_format_ends_episode_with_penalty():
     class Rambler(ScriptedSampler):
-        async def sample_async(self, prompt, num_samples, sampling_params):
+        async def sample(self, prompt, num_samples, sampling_params):
             tokens = TOKENIZER.encode("no idea", add_special_tokens=False)
             seq = types.SampledSequence(stop_reason="length", tokens_np=np.array(tokens), logprobs_np=np.full(len(tokens), -1.0), sequence_id=0)
             return types.SampleResponse(sequences=[seq])
@@ -84,9 +84,9 @@ def test_requests_go_out_in_env_order_whatever_the_timing():
             super().__init__([5, 3, 8, 1, 9, 2])
             self.delays = delays
 
-        async def sample_async(self, prompt, num_samples, sampling_params):
+        async def sample(self, prompt, num_samples, sampling_params):
             await asyncio.sleep(self.delays[self.calls % len(self.delays)])
-            return await super().sample_async(prompt, num_samples, sampling_params)
+            return await super().sample(prompt, num_samples, sampling_params)
 
     rng = np.random.default_rng(0)
     orders = []

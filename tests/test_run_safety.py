@@ -259,19 +259,19 @@ def test_high_drop_rate_is_flagged(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(gemlab.episodes, "RETRY_DELAYS", (0.0,))
 
     class EnvZeroDown(FaultyTraining):
-        async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
-            sampler = await self.client.save_weights_and_get_sampling_client_async(*args, **kwargs)
+        async def save_weights_and_get_sampling_client(self, *args, **kwargs):
+            sampler = await self.client.save_weights_and_get_sampling_client(*args, **kwargs)
 
             class Sampler:
-                async def sample_async(self, **request):
+                async def sample(self, **request):
                     if request["sampling_params"].seed % 8 == 0:  # about one request in eight
                         raise ConnectionError("sampler unreachable")
-                    return await sampler.sample_async(**request)
+                    return await sampler.sample(**request)
 
             return Sampler()
 
     service = LocalServiceClient(root=tmp_path / "ckpt")
-    service.create_lora_training_client_async = _wrapping(service.create_lora_training_client_async, EnvZeroDown)
+    service.create_lora_training_client = _wrapping(service.create_lora_training_client, EnvZeroDown)
     trainer = _trainer(tmp_path, "drops", service)
     with pytest.warns(UserWarning, match=r"step 0: \d+% of episodes were dropped after sampling failures .*sampler unreachable"):
         metrics = trainer.step()
@@ -298,16 +298,16 @@ def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path
     monkeypatch.setattr(gemlab.episodes, "RETRY_DELAYS", (0.0, 0.0))
 
     class DownFromStep3(FaultyTraining):
-        async def save_weights_and_get_sampling_client_async(self, *args, **kwargs):
-            sampler = await self.client.save_weights_and_get_sampling_client_async(*args, **kwargs)
+        async def save_weights_and_get_sampling_client(self, *args, **kwargs):
+            sampler = await self.client.save_weights_and_get_sampling_client(*args, **kwargs)
             self.snapshots += 1
             down = self.snapshots > 3
 
             class Sampler:
-                async def sample_async(self, **request):
+                async def sample(self, **request):
                     if down:
                         raise ConnectionError("sampler unreachable")
-                    return await sampler.sample_async(**request)
+                    return await sampler.sample(**request)
 
             return Sampler()
 
@@ -315,7 +315,7 @@ def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path
 
     def faulty(self):
         service = real(self)
-        service.create_lora_training_client_async = _wrapping(service.create_lora_training_client_async, DownFromStep3)
+        service.create_lora_training_client = _wrapping(service.create_lora_training_client, DownFromStep3)
         return service
 
     monkeypatch.setattr(RealTrainer, "_default_service_client", faulty)

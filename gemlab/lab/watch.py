@@ -35,9 +35,9 @@ async def play_saved_policy(run: SavedRun, service_client: Any, *, seed: int = 0
     if not run.checkpoints:
         raise ValueError(f"{run.name} has no checkpoint to play (precomputed runs keep only their metrics)")
     config = run_config(run)
-    client = await service_client.create_training_client_from_state_async(checkpoint_path(run))
-    saved = await (await client.save_weights_for_sampler_async(name=f"lab-watch-{run.name}-{seed}")).result_async()
-    sampler = await service_client.create_sampling_client_async(model_path=saved.path)
+    client = await service_client.create_training_client_from_state(checkpoint_path(run))
+    saved = await client.save_weights_for_sampler(name=f"lab-watch-{run.name}-{seed}")
+    sampler = await service_client.create_sampling_client(model_path=saved.path)
     tokenizer = client.get_tokenizer()
     env = make_envs(config.env_id, 1, seed=seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer)[0]
     template = get_template(config.template)

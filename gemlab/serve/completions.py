@@ -1,7 +1,7 @@
-"""From an OpenAI request to a Tinker ``sample_async`` call and back, without HTTP.
+"""From an OpenAI request to a Tinker ``sample`` call and back, without HTTP.
 
 The prompt is rendered with the model's own chat template (chat) or taken as text or token ids
-(completions); one ``sample_async`` call draws all ``n`` choices. Every choice keeps exactly what
+(completions); one ``sample`` call draws all ``n`` choices. Every choice keeps exactly what
 the sampler produced, token ids and their logprobs (end-of-turn token included), because that is
 what a policy-gradient update needs; the text a client sees has special tokens and stop strings
 removed, as OpenAI's does.

@@ -50,7 +50,7 @@ def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
     config = trainer.config
 
     async def both_modes() -> list[dict[str, Any]]:
-        client = await trainer.training_client.save_weights_and_get_sampling_client_async()
+        client = await trainer.training_client.save_weights_and_get_sampling_client()
         rows = []
         for mode, temperature in MODES.items():
             games = await play_fixed_set(

@@ -31,11 +31,11 @@ class FaultySampler:
     def __init__(self, client: Any, on_call: Callable[[int], bool]) -> None:
         self.client, self.on_call, self.calls = client, on_call, 0
 
-    async def sample_async(self, **request: Any) -> Any:
+    async def sample(self, **request: Any) -> Any:
         self.calls += 1
         if self.on_call(self.calls):
             await asyncio.sleep(3600)  # cancelled by the interrupt's rollback
-        return await self.client.sample_async(**request)
+        return await self.client.sample(**request)
 
 
 class FaultyTraining:
@@ -54,19 +54,19 @@ class FaultyTraining:
             return True
         return False
 
-    async def save_weights_and_get_sampling_client_async(self, *args: Any, **kwargs: Any) -> Any:
+    async def save_weights_and_get_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
         step = self.snapshots + self._start
         self.snapshots += 1
-        sampler = await self.client.save_weights_and_get_sampling_client_async(*args, **kwargs)
+        sampler = await self.client.save_weights_and_get_sampling_client(*args, **kwargs)
         return FaultySampler(sampler, lambda call: call == 3 and self._hit("sample", step))
 
-    async def forward_backward_async(self, *args: Any, **kwargs: Any) -> Any:
+    def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
         self._hit("forward_backward", self.snapshots - 1 + self._start)
-        return await self.client.forward_backward_async(*args, **kwargs)
+        return self.client.forward_backward(*args, **kwargs)
 
-    async def optim_step_async(self, *args: Any, **kwargs: Any) -> Any:
+    def optim_step(self, *args: Any, **kwargs: Any) -> Any:
         self._hit("optim_step", self.snapshots - 1 + self._start)
-        return await self.client.optim_step_async(*args, **kwargs)
+        return self.client.optim_step(*args, **kwargs)
 
     async def load_state_with_optimizer_async(self, path: str) -> Any:
         self._start = int(path.rsplit("step", 1)[-1])  # snapshots count from the resumed step
@@ -82,8 +82,8 @@ class FaultyService:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.service, name)
 
-    async def create_lora_training_client_async(self, **kwargs: Any) -> FaultyTraining:
-        client = await self.service.create_lora_training_client_async(**kwargs)
+    async def create_lora_training_client(self, **kwargs: Any) -> FaultyTraining:
+        client = await self.service.create_lora_training_client(**kwargs)
         return FaultyTraining(client, self.point, self.step, self.action)
 
 

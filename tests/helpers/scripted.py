@@ -17,7 +17,7 @@ class ScriptedSampler:
     def __init__(self, guesses, fail_on=()):
         self.guesses, self.fail_on, self.calls, self.prompts = list(guesses), set(fail_on), 0, []
 
-    async def sample_async(self, prompt, num_samples, sampling_params):
+    async def sample(self, prompt, num_samples, sampling_params):
         self.calls += 1
         self.prompts.append(prompt.to_ints())
         if self.calls in self.fail_on:

@@ -108,7 +108,9 @@ def test_cookbook_sl_basic_over_http(cookbook: Path, hf_home: Path, server: Serv
 
 
 def test_gemlab_train_with_the_tinker_backend_over_http(hf_home: Path, server: ServerProcess, tmp_path: Path):
-    run_client(
+    """The real SDK's client path trains two steps, and gemlab calls none of the SDK's deprecated
+    methods on it (each would print a ``FutureWarning: DEPRECATED ...`` block)."""
+    done = run_client(
         server,
         ["-m", "gemlab.train", "preset=laptop", "backend=tinker", "max_steps=2", "save_every=1", f"log_dir={tmp_path / 'runs'}"],
         tmp_path, timeout=600, HF_HOME=str(hf_home),
@@ -116,6 +118,7 @@ def test_gemlab_train_with_the_tinker_backend_over_http(hf_home: Path, server: S
     (log,) = (tmp_path / "runs").glob("*/metrics.jsonl")
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
     assert steps[-1] == 1
+    assert "DEPRECATED" not in done.stderr, done.stderr[-3000:]
 
 
 def test_gemlab_train_with_gems_defaults_on_the_servers_stand_in(hf_home: Path, server: ServerProcess, tmp_path: Path):
