@@ -6,6 +6,7 @@ Both give an object with Tinker's ``ServiceClient`` interface, so nothing downst
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 
@@ -44,7 +45,8 @@ def served_models(service_client: Any) -> list[Any]:
     gemlab's local service client answers itself."""
     import tinker
 
-    if isinstance(service_client, tinker.ServiceClient):
+    local = sys.modules.get("gemlab.local")  # a local client exists only once the emulator is imported
+    if isinstance(service_client, tinker.ServiceClient) and not (local and isinstance(service_client, local.LocalServiceClient)):
         return tinker.RestClient().get_server_capabilities().result().supported_models
     return service_client.get_server_capabilities().supported_models
 

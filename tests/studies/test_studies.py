@@ -91,13 +91,13 @@ def test_ppo_style_step_makes_one_update_per_minibatch(tmp_path):
     config = make_config("laptop", **TINY, loss_fn="ppo", num_minibatches=4, log_dir=str(tmp_path))
     trainer = Trainer(config, progress=False)
     calls = []
-    original = trainer.training_client.forward_backward_async
+    original = trainer.training_client.forward_backward
 
-    async def counting(datums, *args, **kwargs):
+    def counting(datums, *args, **kwargs):
         calls.append(len(datums))
-        return await original(datums, *args, **kwargs)
+        return original(datums, *args, **kwargs)
 
-    trainer.training_client.forward_backward_async = counting
+    trainer.training_client.forward_backward = counting
     metrics = trainer.step()
     trainer.close()
     assert calls == [2, 2, 2, 2]
