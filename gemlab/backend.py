@@ -39,14 +39,22 @@ def get_service_client(backend: str = "auto", **kwargs: Any) -> Any:
     return tinker.ServiceClient(**kwargs)
 
 
+def tinker_served_models() -> list[Any]:
+    """The models the Tinker server at ``TINKER_BASE_URL`` serves (its ``SupportedModel`` list),
+    asked through ``RestClient``, which needs no session (the SDK deprecates
+    ``ServiceClient.get_server_capabilities``)."""
+    import tinker
+
+    return tinker.RestClient().get_server_capabilities().result().supported_models
+
+
 def served_models(service_client: Any) -> list[Any]:
-    """The models a backend serves (Tinker's ``SupportedModel`` list). Tinker is asked through its
-    ``RestClient``, which needs no session (the SDK deprecates ``ServiceClient.get_server_capabilities``);
-    gemlab's local service client answers itself."""
+    """The models a backend serves: Tinker's server is asked (``tinker_served_models``); gemlab's
+    local service client, and any other stand-in, answers itself."""
     import tinker
 
     local = sys.modules.get("gemlab.local")  # a local client exists only once the emulator is imported
     if isinstance(service_client, tinker.ServiceClient) and not (local and isinstance(service_client, local.LocalServiceClient)):
-        return tinker.RestClient().get_server_capabilities().result().supported_models
+        return tinker_served_models()
     return service_client.get_server_capabilities().supported_models
 

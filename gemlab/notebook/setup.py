@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from gemlab.backend import resolve_backend
+from gemlab.backend import resolve_backend, tinker_served_models
 from gemlab.config import LAPTOP
 
 QUICK_ENV = "GEMLAB_QUICK"
@@ -37,14 +37,11 @@ def setup() -> Setup:
 def preset_for(backend: str) -> str:
     """The preset a notebook trains with on ``backend``: ``"laptop"`` wherever its model
     (gemlab/tiny) is served, which is the local backend and a Tinker server that lists it (gemlab's,
-    ``python -m gemlab.local.http``); ``"gem"``, GEM's defaults, on Tinker's own models. The server
-    is asked with ``tinker.RestClient().get_server_capabilities()``, which needs no session."""
+    ``python -m gemlab.local.http``); ``"gem"``, GEM's defaults, on Tinker's own models (the server
+    is asked without opening a session)."""
     if resolve_backend(backend) == "local":
         return "laptop"
-    import tinker
-
-    served = tinker.RestClient().get_server_capabilities().result().supported_models
-    return "laptop" if any(model.model_name == LAPTOP["model_name"] for model in served) else "gem"
+    return "laptop" if any(model.model_name == LAPTOP["model_name"] for model in tinker_served_models()) else "gem"
 
 
 def data_folder(name: str) -> Path | None:
