@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gemlab.config import Config, make_config
-from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
-from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS
+from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS, TINY_SUMS
 
 STUDIES = ("gamma", "tuning", "algorithms")
 SEEDS = tuple(range(10))  # per arm, paired by seed across arms (issue 22: at least 10)
@@ -42,15 +42,17 @@ EVAL_GAMES = 32  # games (or problems) in the fixed set, each played sampled and
 # Shared by every run: the laptop preset (gemlab/tiny family, lr 2e-3, LoRA rank 8) at batch 64.
 COMMON: dict[str, Any] = dict(batch_size=64, save_every=10)
 GAMMA_SETTING: dict[str, Any] = dict(model_name=TINY_GUESS20, env_id=GUESS_20, num_env=8)
-ENVIRONMENTS: dict[str, dict[str, Any]] = {  # two multi-turn games, one single-turn task
+ENVIRONMENTS: dict[str, dict[str, Any]] = {  # two multi-turn games, two single-turn tasks
     "guess": dict(model_name=TINY, env_id="game:GuessTheNumber-v0-easy", num_env=32),
     "guess20": dict(model_name=TINY_GUESS20, env_id=GUESS_20, num_env=32),
     "products": dict(model_name=TINY_PRODUCTS, env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
+    "sums": dict(model_name=TINY_SUMS, env_id=SUMS_1DIGIT, template="qwen3_general", num_env=32),
 }
 ENVIRONMENT_TITLES = {
     "guess": "GuessTheNumber 1-10, 4 turns (multi-turn)",
     "guess20": "GuessTheNumber 1-20, 20 turns (multi-turn)",
     "products": "rg:products-1digit (single-turn)",
+    "sums": "rg:sums-1digit (single-turn)",
 }
 METHODS: dict[str, dict[str, Any]] = {
     "reinforce": dict(advantage="none"),

@@ -16,10 +16,11 @@ The result plays like its teacher: it wins about 0.45 of easy games, where bisec
 all. That gap is what RL closes. ``python -m gemlab.tiny.pretrain`` rebuilds the shipped weights
 (``assets/tiny/model.safetensors``) deterministically in a few minutes on a CPU.
 
-The same recipe makes the two bases of the reproduction studies (``registry.BASES``; ``--base NAME``):
-``gemlab/tiny-guess20`` on GuessTheNumber 1-20 with 20 turns, and ``gemlab/tiny-products`` on
-one-digit products, where the "bisection guess" is the right product and the sloppy answer any
-number from 0 to 81 (``qwen3_general`` template, as GEM uses for reasoning tasks).
+The same recipe makes the bases of the reproduction studies (``registry.BASES``; ``--base NAME``):
+``gemlab/tiny-guess20`` on GuessTheNumber 1-20 with 20 turns, and ``gemlab/tiny-products`` and
+``gemlab/tiny-sums`` on one-digit products and sums, where the "bisection guess" is the right
+answer and the sloppy answer any number the task's answers range over (0-81 and 0-20;
+``qwen3_general`` template, as GEM uses for reasoning tasks).
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ from tqdm.auto import tqdm
 
 from gemlab.envs import make_envs
 from gemlab.episodes import end_of_turn_ids, play_episode_now
+from gemlab.studies.variants import ANSWERS
 from gemlab.templates import get_template
 from gemlab.tiny import registry
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
 
 ENV_ID = registry.TINY_MODELS[registry.TINY].teacher_env
-PRODUCT_ANSWERS = range(0, 82)  # every product of two one-digit factors lies here
 SKILL = 0.25
 # (skill of the player whose answers are the targets, steps): first the bisection itself, then
 # the sloppy player, so that bisection is in the model but played only a quarter of the time.
@@ -95,22 +96,22 @@ def game_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterato
         yield from states
 
 
-def product_states(env_id: str, seed: int, tokenizer: Any) -> Iterator[GameState]:
-    """Endless one-digit product questions, rendered as the rollout renders them; the "middle"
-    (the answer the skilled teacher gives) is the right product."""
+def question_states(env_id: str, seed: int, tokenizer: Any) -> Iterator[GameState]:
+    """Endless questions of a one-digit task (``variants.ANSWERS``), rendered as the rollout renders
+    them; the "middle" (the answer the skilled teacher gives) is the right answer."""
     env = make_envs(env_id, 1, seed=seed, env_wrappers="concat")[0]
     template = get_template("qwen3_general")
     while True:
         observation, _ = env.reset()
         answer = int(env.unwrapped.data["answer"])
-        yield GameState(template.render(observation, tokenizer), answer, answer, PRODUCT_ANSWERS)
+        yield GameState(template.render(observation, tokenizer), answer, answer, ANSWERS[env_id])
 
 
 def teacher_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterator[GameState]:
-    """The teacher's states for ``env_id``: GuessTheNumber games, or one-digit products."""
+    """The teacher's states for ``env_id``: GuessTheNumber games, or a one-digit task's questions."""
     if "GuessTheNumber" in env_id:
         return game_states(env_id, skill, seed, tokenizer)
-    return product_states(env_id, seed, tokenizer)
+    return question_states(env_id, seed, tokenizer)
 
 
 def answer_tokens(tokenizer: Any) -> tuple[list[int], dict[int, int], list[int]]:

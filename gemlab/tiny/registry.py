@@ -27,6 +27,7 @@ TINY_RANDOM = "gemlab/tiny-random"
 TINY_CHAT = "gemlab/tiny-chat"
 TINY_GUESS20 = "gemlab/tiny-guess20"
 TINY_PRODUCTS = "gemlab/tiny-products"
+TINY_SUMS = "gemlab/tiny-sums"
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ TINY_MODELS: dict[str, TinyModel] = {
         "gemlab/tiny pretrained the same way on rg:products with one-digit factors (a single-turn task)",
         weights_from=TINY_PRODUCTS,
         teacher_env="rg:products-1digit",
+    ),
+    TINY_SUMS: TinyModel(
+        "gemlab/tiny pretrained the same way on rg:basic_arithmetic as sums of two one-digit numbers (a second single-turn task)",
+        weights_from=TINY_SUMS,
+        teacher_env="rg:sums-1digit",
     ),
 }
 BASES = [name for name, spec in TINY_MODELS.items() if spec.teacher_env]  # the names pretrain.py trains

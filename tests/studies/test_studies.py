@@ -16,7 +16,7 @@ from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, TUNING_SEEDS, 
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table
 from gemlab.studies.runner import estimate_seconds, run_studies
-from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT
+from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
 from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
@@ -38,13 +38,13 @@ def test_study_runs_cover_the_issue():
     tuning = [run.config for run in study_runs("tuning", "/x", environments=["guess"])]
     assert {c.seed for c in tuning} == set(TUNING_SEEDS) and len({c.learning_rate for c in tuning}) >= 3
     assert not set(TUNING_SEEDS) & {c.seed for c in gamma}  # rates are chosen on seeds the comparison never sees
-    rates = {f"{env}-{m}": lr for env in ("guess", "guess20", "products") for m, lr in zip(("reinforce", "rebn", "grpo", "ppo"), (1e-3, 2e-3, 4e-3, 1e-3))}
+    rates = {f"{env}-{m}": lr for env in ("guess", "guess20", "products", "sums") for m, lr in zip(("reinforce", "rebn", "grpo", "ppo"), (1e-3, 2e-3, 4e-3, 1e-3))}
     algorithms = {run.name: run.config for run in study_runs("algorithms", "/x", seeds=[0], learning_rates=rates)}
-    assert len(algorithms) == 12  # two multi-turn games and one single-turn task, four methods
+    assert len(algorithms) == 16  # two multi-turn games and two single-turn tasks, four methods
     assert {algorithms["guess-grpo-seed0"].gamma, algorithms["products-grpo-seed0"].group_size} == {1.0, 8}
     assert algorithms["products-ppo-seed0"].loss_fn == "ppo" and algorithms["guess-ppo-seed0"].num_minibatches == 4
     assert algorithms["guess-reinforce-seed0"].advantage == "none" and algorithms["guess-reinforce-seed0"].learning_rate == 1e-3
-    assert algorithms["products-rebn-seed0"].env_id == PRODUCTS_1DIGIT
+    assert algorithms["products-rebn-seed0"].env_id == PRODUCTS_1DIGIT and algorithms["sums-rebn-seed0"].env_id == SUMS_1DIGIT
     # no method gets more data than another
     assert len({(c.batch_size, c.max_steps, c.lora_rank) for c in algorithms.values()}) == 1
     with pytest.raises(ValueError, match="Known studies: gamma, tuning, algorithms"):

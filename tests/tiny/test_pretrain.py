@@ -108,6 +108,17 @@ def test_product_states_teach_the_right_product(tokenizer):
         assert state.middle == state.guess == a * b and state.numbers == range(0, 82)
 
 
+def test_sum_states_teach_the_right_sum(tokenizer):
+    states = pretrain.teacher_states("rg:sums-1digit", skill=0.25, seed=4, tokenizer=tokenizer)
+    seen = set()
+    for _ in range(200):
+        state = next(states)
+        a, b = map(int, re.search(r"Calculate (\d+) \+ (\d+)\.", tokenizer.decode(state.prompt)).groups())
+        assert state.middle == state.guess == a + b and state.numbers == range(0, 21)
+        seen |= {a, b}
+    assert seen == set(range(0, 11))  # reasoning-gym's one-digit numbers, 10 included
+
+
 def test_guess20_states_use_the_wide_range(tokenizer):
     states = pretrain.teacher_states("game:GuessTheNumber-v0-1to20", skill=1.0, seed=0, tokenizer=tokenizer)
     first = next(states)
