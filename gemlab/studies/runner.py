@@ -183,15 +183,22 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
 
 
 def recorded_cpu_seconds(run: Run, references: Sequence[Path]) -> float | None:
-    """CPU seconds per step of a run of ``run``'s arm (its evaluations and model loading included),
-    from a study's ``timings.jsonl``; ``None`` when none was timed in its own process. CPU time is
-    what a job costs on an idle core, whatever the load was when it was recorded."""
+    """CPU seconds per step of the most recently timed run of ``run``'s arm (its evaluations and
+    model loading included), from the studies' ``timings.jsonl``; ``None`` when none was timed in
+    its own process. Model loading and evaluations are priced per step as the timed run spread
+    them, so a short run prices its arm high: the pilot's 16-step gamma runs (loaded at 5-50, two
+    evaluations) cost 1.6-5.4 CPU-s per step, the design's 150-step runs 1.25 on an idle machine."""
     arms = (run.arm, run.arm.split("-lr", 1)[0])
-    for root in references:
-        for row in read_rows(Path(root) / TIMINGS_FILE).rows:
-            if row.get("cpu_s") and row.get("steps") and row["run"].rsplit("-seed", 1)[0] in arms:
-                return float(row["cpu_s"]) / int(row["steps"])
-    return None
+    rows = [
+        row
+        for root in references
+        for row in read_rows(Path(root) / TIMINGS_FILE).rows
+        if row.get("cpu_s") and row.get("steps") and row["run"].rsplit("-seed", 1)[0] in arms
+    ]
+    if not rows:
+        return None
+    latest = max(rows, key=lambda row: row.get("time", 0.0))
+    return float(latest["cpu_s"]) / int(latest["steps"])
 
 
 def recorded_step_seconds(run: Run, references: Sequence[Path]) -> tuple[float, float] | None:

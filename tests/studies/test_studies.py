@@ -221,7 +221,7 @@ def test_a_study_run_reruns_from_its_config_json_with_the_same_metrics(tmp_path)
 
 def test_the_estimate_prices_a_step_by_its_recorded_cpu_seconds(tmp_path):
     """A study's timings.jsonl gives CPU seconds per step (evaluations included), which a loaded
-    recording machine does not inflate; the wall time/step of old runs is only the fallback."""
+    recording machine inflates less than wall time; the wall time/step of old runs is only the fallback."""
     run = _tiny_run(tmp_path, "a")  # arm "r", 4 steps, nothing run yet
     reference = tmp_path / "ref"
     reference.mkdir()
@@ -231,3 +231,7 @@ def test_the_estimate_prices_a_step_by_its_recorded_cpu_seconds(tmp_path):
     )
     assert estimate_seconds([run], [reference]) == (40.0, [])
     assert estimate_seconds([run], [reference], jobs=2) == (20.0, [])
+    newer = tmp_path / "newer"  # the most recent timing of the arm prices it, wherever it was recorded
+    newer.mkdir()
+    (newer / "timings.jsonl").write_text(json.dumps({"run": "r-seed1", "steps": 4, "wall_s": 9.0, "cpu_s": 8.0, "time": 2.0}) + "\n")
+    assert estimate_seconds([run], [reference, newer]) == (8.0, [])
