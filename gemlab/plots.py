@@ -83,7 +83,9 @@ def plot_seed_bands(
     band: str = "sd",
 ) -> plt.Axes:
     """Mean over seeds with a band per named group of runs: ``band="sd"`` one standard deviation
-    over seeds (ddof=0), ``band="ci95"`` the 95% t-interval of the mean (ddof=1, needs 2+ seeds)."""
+    over seeds (ddof=0), ``band="ci95"`` the 95% t-interval of the mean (ddof=1, needs 2+ seeds).
+    A seed with no value at a step (turns per won episode when it won none) is left out there,
+    so one collapsed seed does not blank its group's curve."""
     from scipy import stats
 
     if band not in ("sd", "ci95"):
@@ -93,13 +95,13 @@ def plot_seed_bands(
     for label, runs in groups.items():
         frames = [load_metrics(run) for run in runs]
         length = min(len(df) for df in frames)
-        curves = np.stack([smooth(df[metric].to_numpy()[:length], smoothing) for df in frames])
+        seeds = pd.DataFrame({i: smooth(df[metric].to_numpy()[:length], smoothing) for i, df in enumerate(frames)})
         steps = frames[0]["step"].to_numpy()[:length]
-        mean = curves.mean(axis=0)
+        mean, n = seeds.mean(axis=1).to_numpy(), seeds.count(axis=1).to_numpy()
         if band == "sd":
-            half = curves.std(axis=0)
+            half = seeds.std(axis=1, ddof=0).to_numpy()
         else:
-            half = stats.t.ppf(0.975, len(frames) - 1) * curves.std(axis=0, ddof=1) / np.sqrt(len(frames))
+            half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * seeds.std(axis=1, ddof=1).to_numpy() / np.sqrt(np.maximum(n, 1))
         line = ax.plot(steps, mean, lw=2, label=f"{label} (n={len(frames)})")[0]
         ax.fill_between(steps, mean - half, mean + half, color=line.get_color(), alpha=0.2)
     _label(ax, metric, title, smoothing)

@@ -53,3 +53,17 @@ def test_kl_panel_says_what_its_two_lines_are(tmp_path):
     labels = " ".join(text.get_text() for text in fig.axes[3].get_legend().get_texts())
     assert "v1" not in labels and "v2" not in labels
     assert "mean(d)" in labels and "sampler - learner logprob" in labels
+
+
+def test_seed_bands_leave_out_a_seed_without_a_value_at_a_step():
+    import math
+
+    import numpy as np
+    import pandas as pd
+
+    metric = "sampler/num_turns_per_won_episode"
+    seeds = [pd.DataFrame({"step": [0, 1, 2], metric: values}) for values in ([8.0, 7.0, 6.0], [6.0, 5.0, 4.0], [7.0, math.nan, math.nan])]
+    ax = plots.plot_seed_bands({"arm": seeds}, metric, band="ci95")
+    assert np.allclose(ax.lines[0].get_ydata(), [7.0, 6.0, 5.0])  # steps 1-2: the two seeds that won
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert np.isfinite(band).all()
