@@ -3,6 +3,7 @@ resumable runner with its evaluations, the tables, and reruns from a saved confi
 
 import asyncio
 import json
+from pathlib import Path
 
 import chz
 import numpy as np
@@ -235,3 +236,22 @@ def test_the_estimate_prices_a_step_by_its_recorded_cpu_seconds(tmp_path):
     newer.mkdir()
     (newer / "timings.jsonl").write_text(json.dumps({"run": "r-seed1", "steps": 4, "wall_s": 9.0, "cpu_s": 8.0, "time": 2.0}) + "\n")
     assert estimate_seconds([run], [reference, newer]) == (8.0, [])
+
+
+def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, capsys):
+    """A tuning study with one environment's sweep finished: the algorithms study over every
+    environment has no rates yet, so --estimate-only says so in a line and goes on (exit 0)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reproduce_gem", Path(__file__).parents[2] / "benchmarks" / "reproduce_gem.py")
+    reproduce_gem = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reproduce_gem)
+    for run in study_runs("tuning", tmp_path, environments=["products"], seeds=[100], steps=1):
+        folder = tmp_path / "tuning" / run.name
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(chz.asdict(run.config)))
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "sampler/success_rate": 0.5}) + "\n")
+        (folder / "eval.jsonl").write_text(json.dumps({"step": 1, "mode": "sampled", "success": 0.5}) + "\n")
+    code = reproduce_gem.main(["--study", "algorithms", "--env", "products", "--env", "sums", "--estimate-only", "--root", str(tmp_path)])
+    assert code == 0
+    assert "algorithms: no estimate yet (no tuned learning rate for sums-reinforce" in capsys.readouterr().out
