@@ -183,8 +183,8 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
 
 
 def recorded_cpu_seconds(run: Run, references: Sequence[Path]) -> float | None:
-    """CPU seconds per step of the most recently timed run of ``run``'s arm (its evaluations and
-    model loading included), from the studies' ``timings.jsonl``; ``None`` when none was timed in
+    """CPU seconds per step of the most recently timed run of ``run``'s arm at any learning rate
+    (its evaluations and model loading included), from the studies' ``timings.jsonl``; ``None`` when none was timed in
     its own process. Model loading and evaluations are priced per step as the timed run spread
     them, so a short run prices its arm high: the pilot's 16-step gamma runs (loaded at 5-50, two
     evaluations) cost 1.6-5.4 CPU-s per step, the design's 150-step runs 1.25 on an idle machine."""
@@ -193,7 +193,7 @@ def recorded_cpu_seconds(run: Run, references: Sequence[Path]) -> float | None:
         row
         for root in references
         for row in read_rows(Path(root) / TIMINGS_FILE).rows
-        if row.get("cpu_s") and row.get("steps") and row["run"].rsplit("-seed", 1)[0] in arms
+        if row.get("cpu_s") and row.get("steps") and row["run"].rsplit("-seed", 1)[0].split("-lr", 1)[0] in arms
     ]
     if not rows:
         return None

@@ -50,7 +50,7 @@ class Estimate:
 
     def __str__(self) -> str:
         if math.isnan(self.low) or math.isnan(self.high):
-            return f"{self.value:.3g} (1 seed: no interval)"
+            return f"{self.value:.3g} ({'1 seed' if self.n < 2 else f'all {self.n} seeds equal'}: no interval)"
         return f"{self.value:.3g} [{self.low:.3g}, {self.high:.3g}]"
 
 

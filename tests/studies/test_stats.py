@@ -63,4 +63,5 @@ def test_power_matches_published_tables():
 def test_one_seed_is_shown_without_an_interval():
     """A single value has no interval: the table says so instead of printing [nan, nan]."""
     assert str(stats.interval([0.75])) == "0.75 (1 seed: no interval)"
+    assert str(stats.interval([0.875, 0.875])) == "0.875 (all 2 seeds equal: no interval)"
     assert "nan" not in str(stats.interval([0.5, 0.7, 0.9]))

@@ -236,6 +236,8 @@ def test_the_estimate_prices_a_step_by_its_recorded_cpu_seconds(tmp_path):
     newer.mkdir()
     (newer / "timings.jsonl").write_text(json.dumps({"run": "r-seed1", "steps": 4, "wall_s": 9.0, "cpu_s": 8.0, "time": 2.0}) + "\n")
     assert estimate_seconds([run], [reference, newer]) == (8.0, [])
+    (newer / "timings.jsonl").write_text(json.dumps({"run": "r-lr0.004-seed100", "steps": 4, "wall_s": 9.0, "cpu_s": 12.0, "time": 3.0}) + "\n")
+    assert estimate_seconds([run], [newer]) == (12.0, [])  # a tuning run of the arm prices it too
 
 
 def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, capsys):
