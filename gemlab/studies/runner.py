@@ -184,10 +184,10 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
 
 def recorded_cpu_seconds(run: Run, references: Sequence[Path]) -> float | None:
     """CPU seconds per step of the most recently timed run of ``run``'s arm at any learning rate
-    (its evaluations and model loading included), from the studies' ``timings.jsonl``; ``None`` when none was timed in
-    its own process. Model loading and evaluations are priced per step as the timed run spread
-    them, so a short run prices its arm high: the pilot's 16-step gamma runs (loaded at 5-50, two
-    evaluations) cost 1.6-5.4 CPU-s per step, the design's 150-step runs 1.25 on an idle machine."""
+    (its evaluations and model loading included), from the studies' ``timings.jsonl``; ``None``
+    when none was timed in its own process. Loading and evaluations are spread over the timed
+    run's steps, so a short run prices its arm high: the pilot's 16-step gamma runs (two
+    evaluations, on a loaded machine) cost 1.6-5.4 CPU-s per step, the 150-step runs 1.3."""
     arms = (run.arm, run.arm.split("-lr", 1)[0])
     rows = [
         row
