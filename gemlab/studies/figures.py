@@ -218,6 +218,17 @@ def _frames(groups: dict[str, list[Any]]) -> dict[str, list[pd.DataFrame]]:
     return {arm: [run.metrics for run in runs] for arm, runs in groups.items()}
 
 
+def _env_panels(n: int, width: float, height: float) -> tuple[Any, list[plt.Axes]]:
+    """A figure with one panel per environment, two to a row (so four stay readable in a
+    notebook), and its used axes; a panel left over in the last row is hidden."""
+    columns = min(n, 2)
+    rows = -(-n // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), constrained_layout=True, squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
 def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     """Training success rate and turns per won episode per gamma (mean and 95% interval over
     seeds), with the exact turns of binary search and of the random consistent player as
@@ -245,9 +256,10 @@ def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     """Training success rate per method (mean and 95% interval over seeds), one panel per environment."""
     groups = group_runs(load_study(folder))
     envs = [env for env in ENVIRONMENTS if any(name.startswith(f"{env}-") for name in groups)]
-    fig, axes = plt.subplots(1, len(envs), figsize=(6.5 * len(envs), 4.5), constrained_layout=True, squeeze=False)
-    for ax, env in zip(axes[0], envs):
-        mine = {METHOD_LABELS[name.split("-", 1)[1]]: runs for name, runs in _frames(groups).items() if name.split("-", 1)[0] == env}
+    fig, axes = _env_panels(len(envs), 7.5, 4.5)
+    for ax, env in zip(axes, envs):
+        frames = _frames(groups)  # methods in METHODS order, so each keeps its colour of the tuning figure
+        mine = {METHOD_LABELS[method]: frames[f"{env}-{method}"] for method in METHODS if f"{env}-{method}" in frames}
         plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=ENVIRONMENT_TITLES[env], band="ci95")
         ax.set_ylim(0, 1.02)
     fig.suptitle("Algorithm comparison at laptop scale")
@@ -258,8 +270,8 @@ def tuning_figure(folder: str | Path) -> Any:
     """Success (the tuning source) against learning rate, one line per method, one panel per environment."""
     arms, source = arm_outcomes(folder, "success")
     envs = [env for env in ENVIRONMENTS if any(arm.startswith(f"{env}-") for arm in arms)]
-    fig, axes = plt.subplots(1, len(envs), figsize=(6 * len(envs), 4), constrained_layout=True, squeeze=False)
-    for ax, env in zip(axes[0], envs):
+    fig, axes = _env_panels(len(envs), 6.5, 4)
+    for ax, env in zip(axes, envs):
         for method in METHODS:
             points = [(lr, np.mean(list(arms[f"{env}-{method}-lr{lr:g}"].values()))) for lr in LEARNING_RATES if f"{env}-{method}-lr{lr:g}" in arms]
             if points:
