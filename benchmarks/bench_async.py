@@ -3,7 +3,7 @@ GEM's loop) against ``max_staleness`` 1 and 2 with each loss, several seeds, thr
 trainer and the local backend (sampling and training on separate workers).
 
     python benchmarks/bench_async.py                                   # seeds 0 1 2, staleness 0 1 2
-    python benchmarks/bench_async.py --seeds 0 1 2 3 4 --losses importance_sampling ppo --save-runs data/async-runs
+    python benchmarks/bench_async.py --seeds 0 1 2 3 4 5 --losses importance_sampling ppo --save-runs data/async-runs
     python benchmarks/bench_async.py --seeds 0 --staleness 0 1 max_steps=40
     python benchmarks/bench_async.py --from-runs data/async-runs --plot-dir docs/figures
 
