@@ -86,8 +86,6 @@ def plot_seed_bands(
     over seeds (ddof=0), ``band="ci95"`` the 95% t-interval of the mean (ddof=1, needs 2+ seeds).
     A seed with no value at a step (turns per won episode when it won none) is left out there,
     so one collapsed seed does not blank its group's curve."""
-    from scipy import stats
-
     if band not in ("sd", "ci95"):
         raise ValueError(f"band must be 'sd' or 'ci95', got {band!r}")
     if ax is None:
@@ -97,11 +95,7 @@ def plot_seed_bands(
         length = min(len(df) for df in frames)
         seeds = pd.DataFrame({i: smooth(df[metric].to_numpy()[:length], smoothing) for i, df in enumerate(frames)})
         steps = frames[0]["step"].to_numpy()[:length]
-        mean, n = seeds.mean(axis=1).to_numpy(), seeds.count(axis=1).to_numpy()
-        if band == "sd":
-            half = seeds.std(axis=1, ddof=0).to_numpy()
-        else:
-            half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * seeds.std(axis=1, ddof=1).to_numpy() / np.sqrt(np.maximum(n, 1))
+        mean, half = _mean_and_half_width(seeds, band)
         line = ax.plot(steps, mean, lw=2, label=f"{label} (n={len(frames)})")[0]
         ax.fill_between(steps, mean - half, mean + half, color=line.get_color(), alpha=0.2)
     _label(ax, metric, title, smoothing)
@@ -163,17 +157,33 @@ def plot_vs_wall_clock(
     title: str | None = None,
 ) -> plt.Axes:
     """``metric`` against wall-clock time (each step's end, counted from when the first step began
-    sampling, so model loading is left out), one colour per group, one line per run."""
+    sampling, so model loading is left out), one colour per group. Each run is a faint line; a group
+    of 2+ runs also gets its mean with a 95% t-interval band, on a common time grid up to where its
+    first run ended (so the mean never averages over runs that have stopped)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     for color, (label, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], groups.items()):
-        for index, run in enumerate(runs):
+        curves = []
+        for run in runs:
             df = load_metrics(run)
-            ax.plot(df["time/train_end"] - df["time/sample_start"].iloc[0], smooth(df[metric], smoothing), color=color, lw=1.5, alpha=0.85,
-                    label=f"{label} (n={len(runs)})" if index == 0 else None)  # fmt: skip
+            seconds = (df["time/train_end"] - df["time/sample_start"].iloc[0]).to_numpy()
+            curves.append((seconds, smooth(df[metric], smoothing)))
+        several = len(curves) > 1
+        for index, (seconds, values) in enumerate(curves):
+            ax.plot(seconds, values, color=color, lw=0.8 if several else 1.5, alpha=0.25 if several else 0.85,
+                    label=None if several or index else f"{label} (n=1)")  # fmt: skip
+        if several:
+            grid = np.linspace(max(s[0] for s, _ in curves), min(s[-1] for s, _ in curves), 200)
+            seeds = pd.DataFrame({i: np.interp(grid, s, v) for i, (s, v) in enumerate(curves)})
+            mean, half = _mean_and_half_width(seeds, "ci95")
+            ax.plot(grid, mean, color=color, lw=2.2, label=f"{label} (n={len(curves)})")
+            ax.fill_between(grid, mean - half, mean + half, color=color, alpha=0.2)
     _label(ax, metric, title, smoothing)
     ax.set_xlabel("wall-clock time since the first step began (s)")
-    ax.legend()
+    if any(len(runs) > 1 for runs in groups.values()):
+        ax.legend(title="mean, band: 95% CI; faint: each run")
+    else:
+        ax.legend()
     return ax
 
 
@@ -203,3 +213,14 @@ def _label(ax: plt.Axes, metric: str, title: str | None, smoothing: int) -> None
     default = LABELS.get(metric, metric).split(" (")[0]
     ax.set_title((title or default[:1].upper() + default[1:]) + suffix)
     ax.grid(alpha=0.3)
+
+
+def _mean_and_half_width(seeds: pd.DataFrame, band: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row mean over the columns (seeds) and the band's half-width: one SD (ddof=0) for
+    ``"sd"``, the 95% t-interval of the mean (ddof=1) for ``"ci95"``; missing values are left out."""
+    from scipy import stats
+
+    mean, n = seeds.mean(axis=1).to_numpy(), seeds.count(axis=1).to_numpy()
+    if band == "sd":
+        return mean, seeds.std(axis=1, ddof=0).to_numpy()
+    return mean, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * seeds.std(axis=1, ddof=1).to_numpy() / np.sqrt(np.maximum(n, 1))

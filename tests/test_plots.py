@@ -1,4 +1,4 @@
-"""Plots: a KL panel keeps float noise flat instead of magnifying it."""
+"""Plots: a KL panel keeps float noise flat, legends say what each line is, seed means stay where every seed has data."""
 
 import json
 
@@ -67,3 +67,19 @@ def test_seed_bands_leave_out_a_seed_without_a_value_at_a_step():
     assert np.allclose(ax.lines[0].get_ydata(), [7.0, 6.0, 5.0])  # steps 1-2: the two seeds that won
     band = ax.collections[0].get_paths()[0].vertices[:, 1]
     assert np.isfinite(band).all()
+
+
+def test_wall_clock_mean_stops_where_the_first_run_stopped_and_averages_the_runs():
+    import pandas as pd
+
+    def run(seconds, values):
+        return pd.DataFrame({"time/sample_start": [0.0] * len(values), "time/train_end": seconds, "sampler/success_rate": values})
+
+    fast = run([1.0, 2.0, 3.0], [0.0, 0.2, 0.4])  # stops at 3 s
+    slow = run([1.0, 3.0, 5.0, 7.0], [0.2, 0.6, 0.8, 1.0])
+    ax = plots.plot_vs_wall_clock({"two seeds": [fast, slow]}, smoothing=1)
+    mean = next(line for line in ax.get_lines() if line.get_label() == "two seeds (n=2)")
+    x, y = mean.get_xdata(), mean.get_ydata()
+    assert x[0] == 1.0 and x[-1] == 3.0  # not past the fast run's end
+    assert y[0] == pytest.approx(0.1) and y[-1] == pytest.approx((0.4 + 0.6) / 2)
+    assert "95% CI" in ax.get_legend().get_title().get_text()
