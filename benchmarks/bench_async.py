@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from gemlab.config import Config, config_from_argv
-from gemlab.run_folder import export_run, read_run
+from gemlab.run_folder import RunFolderError, export_run, read_run
 from gemlab.studies.async_runs import SYNC, TARGET, WINDOW, Setting, contrasts, saved_runs, summarize
 from gemlab.trainer import Trainer
 
@@ -148,7 +148,10 @@ def main() -> None:
     if args.from_runs is not None:
         if not args.from_runs.is_dir():
             raise SystemExit(f"bench_async: --from-runs needs a folder of saved runs; {args.from_runs} is not one")
-        report_saved(args.from_runs, args.plot_dir)
+        try:
+            report_saved(args.from_runs, args.plot_dir)
+        except RunFolderError as error:
+            raise SystemExit(f"bench_async: {error}") from None
         return
     if min(args.staleness) < 0:
         raise SystemExit(f"bench_async: --staleness takes whole numbers >= 0 (0 is the synchronous loop); got {args.staleness}")

@@ -313,17 +313,7 @@ class RunFolder:
         path = self.path / CONFIG_FILE
         if not path.exists():
             return {}
-        try:
-            saved = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            raise RunFolderError(
-                f"{path} cannot be read ({error.__class__.__name__}); repair it or choose another run_name"
-            ) from None
-        if not isinstance(saved, dict):
-            raise RunFolderError(
-                f"{path} is not a gemlab config (a JSON {type(saved).__name__}, not an object); repair it or choose another run_name"
-            )
-        saved = upgrade_saved_config(saved)
+        saved = read_saved_config(path, remedy="repair it or choose another run_name")
         # a field the saved config lacks was added to gemlab after the run started: it had the default
         changes = config_changes({**chz.asdict(Config()), **saved}, chz.asdict(config))
         if not changes:
@@ -593,10 +583,21 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(read_rows(path).rows)
 
 
+def read_saved_config(path: Path, *, remedy: str) -> dict[str, Any]:
+    """A saved ``config.json`` under today's field names; a damaged one raises ``RunFolderError``
+    with one line that names the file and ``remedy``."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise RunFolderError(f"{path} cannot be read ({error.__class__.__name__}); {remedy}") from None
+    if not isinstance(saved, dict):
+        raise RunFolderError(f"{path} is not a gemlab config (a JSON {type(saved).__name__}, not an object); {remedy}")
+    return upgrade_saved_config(saved)
+
+
 def read_run(path: str | Path) -> SavedRun:
     """Read one run folder: its config (under today's field names; settings a run predates take
     their default, which is what it trained with), its metrics and its checkpoint index."""
     path = Path(path)
-    saved = upgrade_saved_config(json.loads((path / CONFIG_FILE).read_text()))
-    config = {**chz.asdict(Config()), **saved}
+    config = {**chz.asdict(Config()), **read_saved_config(path / CONFIG_FILE, remedy="repair it or move the folder aside")}
     return SavedRun(path=path, config=config, metrics=read_metrics(path), checkpoints=read_rows(path / CHECKPOINTS_FILE).rows)

@@ -28,6 +28,7 @@ from gemlab.run_folder import (
     RunFolder,
     RunFolderError,
     export_run,
+    read_run,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,6 +254,18 @@ def test_a_config_json_holding_a_list_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(RunFolderError, match=r"is not a gemlab config \(a JSON list, not an object\)"):
         folder.check_config(make_config("laptop"))
     folder.close()
+
+
+@pytest.mark.parametrize("text, reason", [('{"seed": 1', "cannot be read"), ("[1, 2]", "is not a gemlab config")])
+def test_reading_a_saved_run_with_a_damaged_config_is_one_line_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:
+    """The one reader of run folders (studies, the lab, the async benchmark) refuses in one line."""
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "config.json").write_text(text)
+    with pytest.raises(RunFolderError) as error:
+        read_run(tmp_path / "r")
+    assert reason in str(error.value) and str(tmp_path / "r" / "config.json") in str(error.value)
+    assert "\n" not in str(error.value)
+    assert (tmp_path / "r" / "config.json").read_text() == text  # nothing changed
 
 
 def _mount_tmpfs(path: Path, options: str) -> bool:

@@ -257,8 +257,8 @@ def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     groups = group_runs(load_study(folder))
     envs = [env for env in ENVIRONMENTS if any(name.startswith(f"{env}-") for name in groups)]
     fig, axes = _env_panels(len(envs), 7.5, 4.5)
-    for ax, env in zip(axes, envs):
-        frames = _frames(groups)  # methods in METHODS order, so each keeps its colour of the tuning figure
+    frames = _frames(groups)
+    for ax, env in zip(axes, envs):  # methods in METHODS order, so each keeps its colour of the tuning figure
         mine = {METHOD_LABELS[method]: frames[f"{env}-{method}"] for method in METHODS if f"{env}-{method}" in frames}
         plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=ENVIRONMENT_TITLES[env], band="ci95")
         ax.set_ylim(0, 1.02)
