@@ -368,18 +368,28 @@ def upgrade_saved_config(saved: dict[str, Any]) -> dict[str, Any]:
     return {RENAMED_FIELDS.get(key, key): value for key, value in saved.items()}
 
 
+def read_saved_config(file: Path) -> dict[str, Any]:
+    """A saved ``config.json``'s fields under today's names; ``ValueError`` in one line naming the
+    file when it cannot be read or is not a JSON object (the one reader of saved configs)."""
+    try:
+        saved = json.loads(file.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{file} cannot be read ({type(error).__name__})") from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{file} is not a gemlab config (a JSON {type(saved).__name__}, not an object)")
+    return upgrade_saved_config(saved)
+
+
 def load_saved_config(path: str) -> dict[str, Any]:
     """The fields of a run's saved ``config.json`` (one line naming the file when it is not one)."""
     file = Path(path)
     if file.is_dir():
         file = file / CONFIG_FILE
     try:
-        saved = json.loads(file.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"config={path}: not a readable config.json ({type(error).__name__})") from None
-    if isinstance(saved, dict):
-        saved = upgrade_saved_config(saved)
-    unknown = sorted(set(saved) - set(chz.chz_fields(Config))) if isinstance(saved, dict) else ["(not a JSON object)"]
+        saved = read_saved_config(file)
+    except ValueError as error:
+        raise ValueError(f"config={path}: {error}") from None
+    unknown = sorted(set(saved) - set(chz.chz_fields(Config)))
     if unknown:
         raise ValueError(f"config={path}: not a gemlab config.json (unknown keys {unknown})")
     return saved

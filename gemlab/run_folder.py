@@ -47,7 +47,7 @@ from typing import Any, Callable, TextIO
 import chz
 import pandas as pd
 
-from gemlab.config import CONFIG_FILE, Config, check_run_name, plain_number, upgrade_saved_config
+from gemlab.config import CONFIG_FILE, Config, check_run_name, plain_number, read_saved_config
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_FILE = "checkpoints.jsonl"
@@ -313,9 +313,7 @@ class RunFolder:
         path = self.path / CONFIG_FILE
         if not path.exists():
             return {}
-        saved = read_saved_config(path, remedy="repair it or choose another run_name")
-        # a field the saved config lacks was added to gemlab after the run started: it had the default
-        changes = config_changes({**chz.asdict(Config()), **saved}, chz.asdict(config))
+        changes = config_changes(saved_config(path, remedy="repair it or choose another run_name"), chz.asdict(config))
         if not changes:
             return {}
         described = describe_changes(changes)
@@ -583,21 +581,19 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(read_rows(path).rows)
 
 
-def read_saved_config(path: Path, *, remedy: str) -> dict[str, Any]:
-    """A saved ``config.json`` under today's field names; a damaged one raises ``RunFolderError``
-    with one line that names the file and ``remedy``."""
+def saved_config(path: Path, *, remedy: str = "repair it or move the folder aside") -> dict[str, Any]:
+    """A run's saved ``config.json`` with the default for each field it lacks (a field added to
+    gemlab after the run started: it trained with the default); a damaged one raises
+    ``RunFolderError`` in one line that names the file and ``remedy``."""
     try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise RunFolderError(f"{path} cannot be read ({error.__class__.__name__}); {remedy}") from None
-    if not isinstance(saved, dict):
-        raise RunFolderError(f"{path} is not a gemlab config (a JSON {type(saved).__name__}, not an object); {remedy}")
-    return upgrade_saved_config(saved)
+        saved = read_saved_config(path)
+    except ValueError as error:
+        raise RunFolderError(f"{error}; {remedy}") from None
+    return {**chz.asdict(Config()), **saved}
 
 
 def read_run(path: str | Path) -> SavedRun:
     """Read one run folder: its config (under today's field names; settings a run predates take
     their default, which is what it trained with), its metrics and its checkpoint index."""
     path = Path(path)
-    config = {**chz.asdict(Config()), **read_saved_config(path / CONFIG_FILE, remedy="repair it or move the folder aside")}
-    return SavedRun(path=path, config=config, metrics=read_metrics(path), checkpoints=read_rows(path / CHECKPOINTS_FILE).rows)
+    return SavedRun(path=path, config=saved_config(path / CONFIG_FILE), metrics=read_metrics(path), checkpoints=read_rows(path / CHECKPOINTS_FILE).rows)
