@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from gemlab.config import Config, config_from_argv
-from gemlab.run_folder import RunFolderError, export_run, read_run
-from gemlab.studies.async_runs import SYNC, TARGET, WINDOW, Setting, contrasts, saved_runs, summarize
+from gemlab.run_folder import RunFolderError, export_run
+from gemlab.studies.async_runs import SYNC, TARGET, WINDOW, Setting, contrasts, saved_runs, summarize, summarize_saved
 from gemlab.trainer import Trainer
 
 
@@ -124,7 +124,7 @@ def report_saved(folder: Path, plot_dir: Path | None) -> None:
     runs = saved_runs(folder)
     if not runs:
         raise SystemExit(f"no saved runs (folders with a config.json) in {folder}")
-    results = {setting: {seed: summarize(read_run(path).metrics.to_dict("records")) for seed, path in by_seed.items()} for setting, by_seed in runs.items()}
+    results = summarize_saved(runs)
     report(results, sorted(set().union(*results.values())))
     if plot_dir is not None:
         for path in plot({setting.label: list(by_seed.values()) for setting, by_seed in runs.items()}, plot_dir):

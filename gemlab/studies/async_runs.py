@@ -17,7 +17,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from gemlab.run_folder import read_run
+from gemlab.config import CONFIG_FILE
+from gemlab.run_folder import read_metrics, saved_config
 from gemlab.studies import stats
 
 TARGET, LOWER, WINDOW, FINAL = 0.9, 0.8, 5, 10  # LOWER: a second threshold, for runs that stop short of 0.9
@@ -73,11 +74,16 @@ def saved_runs(folder: str | Path) -> dict[Setting, dict[int, Path]]:
     folder names do)."""
     runs: dict[Setting, dict[int, Path]] = {}
     for path in sorted(Path(folder).iterdir()):
-        if not (path / "config.json").is_file():
+        if not (path / CONFIG_FILE).is_file():
             continue
-        config = read_run(path).config
+        config = saved_config(path / CONFIG_FILE)
         runs.setdefault(Setting(int(config["max_staleness"]), str(config["loss_fn"])), {})[int(config["seed"])] = path
     return dict(sorted(runs.items()))
+
+
+def summarize_saved(runs: dict[Setting, dict[int, Path]]) -> dict[Setting, dict[int, dict]]:
+    """``summarize`` of each run that ``saved_runs`` found, by setting and seed."""
+    return {setting: {seed: summarize(read_metrics(path).to_dict("records")) for seed, path in by_seed.items()} for setting, by_seed in runs.items()}
 
 
 def contrasts(results: dict[Setting, dict[int, dict]]) -> pd.DataFrame:
