@@ -169,9 +169,9 @@ def plot_vs_wall_clock(
             seconds = (df["time/train_end"] - df["time/sample_start"].iloc[0]).to_numpy()
             curves.append((seconds, smooth(df[metric], smoothing)))
         several = len(curves) > 1
-        for index, (seconds, values) in enumerate(curves):
+        for seconds, values in curves:
             ax.plot(seconds, values, color=color, lw=0.8 if several else 1.5, alpha=0.25 if several else 0.85,
-                    label=None if several or index else f"{label} (n=1)")  # fmt: skip
+                    label=None if several else f"{label} (n=1)")  # fmt: skip
         if several:
             grid = np.linspace(max(s[0] for s, _ in curves), min(s[-1] for s, _ in curves), 200)
             seeds = pd.DataFrame({i: np.interp(grid, s, v) for i, (s, v) in enumerate(curves)})
@@ -180,10 +180,7 @@ def plot_vs_wall_clock(
             ax.fill_between(grid, mean - half, mean + half, color=color, alpha=0.2)
     _label(ax, metric, title, smoothing)
     ax.set_xlabel("wall-clock time since the first step began (s)")
-    if any(len(runs) > 1 for runs in groups.values()):
-        ax.legend(title="mean, band: 95% CI; faint: each run")
-    else:
-        ax.legend()
+    ax.legend(title="mean, band: 95% CI; faint: each run" if any(len(runs) > 1 for runs in groups.values()) else None)
     return ax
 
 
