@@ -1,7 +1,9 @@
 """An OpenAI-compatible HTTP endpoint (FastAPI) over any Tinker ``SamplingClient``.
 
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (both also
-with ``"stream": true``, as server-sent events ending in ``data: [DONE]``), ``GET /health``.
+with ``"stream": true``, as server-sent events ending in ``data: [DONE]``), ``GET /health``, and
+``POST /generate``, SGLang's and vLLM's token-in token-out route that atroposlib's
+``ManagedServer`` uses (``native.py``).
 
 Extensions to OpenAI's response format, for training on what was sampled:
 
@@ -32,7 +34,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
-from fastapi import FastAPI, Request
+from fastapi import Body, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -49,6 +51,7 @@ from gemlab.serve.completions import (
     text_deltas,
     token_pieces,
 )
+from gemlab.serve import native
 from gemlab.serve.guard import Guard, Limits
 from gemlab.serve.recorder import Recorder
 from gemlab.serve.schemas import ChatCompletionRequest, CompletionRequest, OpenAIError
@@ -166,6 +169,21 @@ def create_app(
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return _sse(await off_loop(list, _completion_chunks(generation, tok, logprobs, include_usage)))
         return await off_loop(_completion_response, generation, tok, logprobs)
+
+    @app.post("/generate", response_model=None)
+    async def native_generate(body: Any = Body(...)) -> Any:
+        style, request = native.parse(body, model_name)
+        client = slot.get()[0]
+        tok = client.get_tokenizer()
+        prompt, text = await off_loop(completion_prompt, request, tok, context_length(client, tok))
+        choices, version = await generate(slot, request, prompt, tokenizer=tok, chat=False, stop_at_end_of_turn=True)
+        generation = Generation(
+            id=new_id("gen"), kind="completion", created=int(time.time()), model=model_name,
+            prompt_token_ids=prompt, choices=choices, sampler_version=version, prompt_text=text,
+        )  # fmt: skip
+        if recorder is not None:
+            recorder.add(generation)
+        return await off_loop(native.RESPONSES[style], generation, tok)
 
     return app
 

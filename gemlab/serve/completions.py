@@ -157,10 +157,13 @@ async def generate(
     tokenizer: Any,
     chat: bool,
     parse_tools: bool = False,
+    stop_at_end_of_turn: bool | None = None,
 ) -> tuple[list[Choice], int]:
     """Sample ``request.n`` choices of ``prompt_tokens`` from the slot's current client, with
     the top ``request.top_k`` alternatives of each sampled token when asked (Tinker's
-    ``topk_sample_logprobs``), and tool calls parsed from the text when ``parse_tools``."""
+    ``topk_sample_logprobs``), and tool calls parsed from the text when ``parse_tools``.
+    Sampling stops at the model's end-of-turn tokens when ``stop_at_end_of_turn`` (by default:
+    for chat, and always when the request has stop strings)."""
     client, version = slot.get()
     limit = context_length(client, tokenizer)
     max_tokens = request.token_limit
@@ -184,7 +187,7 @@ async def generate(
     if user_stops:  # Tinker takes token ids or strings, not both: end-of-turn tokens as their text
         stop = [tokenizer.decode([t], skip_special_tokens=False) for t in eot] + user_stops
     else:
-        stop = eot if chat else None
+        stop = eot if (chat if stop_at_end_of_turn is None else stop_at_end_of_turn) else None
     params = types.SamplingParams(
         max_tokens=max_tokens, temperature=request.temperature, top_p=request.top_p, stop=stop, seed=request.seed
     )
