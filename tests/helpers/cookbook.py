@@ -1,11 +1,14 @@
 """tinker-cookbook 0.6.1 for the tests that run its recipes: installed on first use with
 ``--no-deps`` (0.6.1 declares ``tml-renderers``, which the package index does not have) next to the
-few packages its ``math_rl`` and ``sl_basic`` import; a recipe's logged metrics."""
+few packages its ``math_rl`` and ``sl_basic`` import; a recipe's logged metrics. Also tinker-cookbook
+0.1.0, the version GEM's cookbook adapter fits, in a folder of its own (``cookbook_0_1_0``)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +18,9 @@ import pytest
 COOKBOOK = "tinker-cookbook==0.6.1"
 IMPORTS = ["datasets", "termcolor", "blobfile", "sympy", "pylatexenc", "math-verify"]
 MODEL = "Qwen/Qwen3-4B-Instruct-2507"  # the Tinker model name the recipes are run with
+COOKBOOK_0_1_0 = "tinker-cookbook==0.1.0"
+# pip --target folder: first on PYTHONPATH, it comes before site-packages and so shadows 0.6.1 there
+COOKBOOK_0_1_0_DIR = Path.home() / ".cache" / "gemlab" / "tinker-cookbook-0.1.0"
 
 
 def _pip(*args: str) -> subprocess.CompletedProcess:
@@ -43,6 +49,29 @@ def installed_cookbook() -> Path:
         text=True,
     )
     return Path(spec.stdout.strip())
+
+
+def cookbook_0_1_0() -> Path:
+    """A folder holding tinker-cookbook 0.1.0 alone (``pip install --no-deps --target``, kept under
+    ~/.cache/gemlab): with it first on ``PYTHONPATH`` a process imports 0.1.0 instead of the 0.6.1
+    in site-packages, and finds everything else (0.1.0 imports nothing that 0.6.1's fixture does not
+    install) in site-packages. Installed on first use; skips the calling test when pip cannot."""
+    folder = COOKBOOK_0_1_0_DIR
+    if not (folder / "tinker_cookbook").is_dir():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = folder.with_name(f"{folder.name}.{os.getpid()}")
+        done = _pip("--no-deps", "--target", str(staging), COOKBOOK_0_1_0)
+        if done.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            pytest.skip(f"could not install {COOKBOOK_0_1_0}: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        try:
+            staging.rename(folder)  # whole or not at all; a concurrent session may have won the race
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    check = "import tinker_cookbook, importlib.metadata as m; print(m.version('tinker-cookbook'), tinker_cookbook.__file__)"
+    seen = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(folder)})
+    assert seen.stdout.split() == ["0.1.0", str(folder / "tinker_cookbook" / "__init__.py")], seen.stderr[-2000:]
+    return folder
 
 
 def metrics(log: Path) -> list[dict]:
