@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from gemlab.local import kv_cache
 from gemlab.local.futures import SAMPLING, Worker, get_worker, on_a_worker_thread
 from gemlab.local.prefill import prefill, worth_sharing
 
@@ -147,14 +148,8 @@ def generate(model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[lis
             tokens, mask, next_position = tokens[index], mask[index], next_position[index]
             live = [live[j] for j in keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-        out = model(
-            input_ids=tokens[:, None],
-            attention_mask=mask,
-            position_ids=next_position[:, None],
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache, logits = out.past_key_values, out.logits[:, -1].float()
+        out, cache = kv_cache.forward(model, cache, input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None])
+        logits = out.logits[:, -1].float()
         next_position = next_position + 1
 
 

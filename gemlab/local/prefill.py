@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from gemlab.local import kv_cache
+
 # A shared prefix shorter than this is not worth a separate model call.
 MIN_SHARED_TOKENS = 16
 # Below this size a model call costs its Python overhead, not its arithmetic (the tiny model's
@@ -53,7 +55,7 @@ def prefill(
     cache = None
     if shared:
         prefix = torch.as_tensor([list(prompts[0][:shared])], dtype=torch.long, device=device)
-        cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+        cache = kv_cache.forward(model, input_ids=prefix, logits_to_keep=1)[1]
         cache.batch_repeat_interleave(len(prompts))
     suffixes = [list(p[shared:]) for p in prompts]
     width = max(len(s) for s in suffixes)
@@ -66,7 +68,5 @@ def prefill(
         mask[i, shared + width - len(suffix) :] = 1
         positions[i, width - len(suffix) :] = torch.arange(shared, shared + len(suffix))
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1
-    )
-    return out.past_key_values, out.logits[:, -1].float(), mask, positions[:, -1] + 1
+    out, cache = kv_cache.forward(model, cache, input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
+    return cache, out.logits[:, -1].float(), mask, positions[:, -1] + 1

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from gemlab.local import kv_cache
 from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length, worth_sharing
 
 
@@ -45,9 +46,8 @@ def target_logprobs_shared(
     """``scoring.target_logprobs`` with the first ``shared`` positions run once (see the module)."""
     device = model.device
     prefix = torch.as_tensor([list(inputs[0][:shared])], dtype=torch.long, device=device)
-    out = model(input_ids=prefix, use_cache=True)
+    out, cache = kv_cache.forward(model, input_ids=prefix)
     prefix_lp = -F.cross_entropy(out.logits[0].float(), targets[0][:shared].to(device), reduction="none")
-    cache = out.past_key_values
     cache.batch_repeat_interleave(len(inputs))
     lengths = [len(seq) - shared for seq in inputs]
     width = max(lengths)
@@ -58,6 +58,6 @@ def target_logprobs_shared(
         labels[row, : lengths[row]] = target[shared:]
     positions = torch.arange(shared, shared + width, device=device).expand(len(inputs), width)
     # right padding: under the causal mask it never changes the tokens before it
-    logits = model(input_ids=ids.to(device), position_ids=positions, past_key_values=cache, use_cache=True).logits.float()
+    logits = kv_cache.forward(model, cache, input_ids=ids.to(device), position_ids=positions)[0].logits.float()
     nll = F.cross_entropy(logits.transpose(1, 2), labels.to(device), reduction="none")
     return [torch.cat([prefix_lp, -nll[row, :length]]) for row, length in enumerate(lengths)]
