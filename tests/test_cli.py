@@ -52,7 +52,10 @@ BAD = [
 
 @pytest.mark.parametrize("argv, message", BAD)
 def test_bad_input_is_one_line_exit_2_and_no_files(tmp_path: Path, capsys, monkeypatch, argv, message) -> None:
-    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    for variable in ("TINKER_API_KEY", "WANDB_MODE", "WANDB_API_KEY"):  # whatever the caller's shell has set
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # wandb reads its login from here: none
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
     log_dir = tmp_path / "runs"
     assert main(["preset=laptop", *argv, f"log_dir={log_dir}"]) == 2
     err = capsys.readouterr().err
