@@ -5,21 +5,31 @@ page's ``Host: evil.example.com`` is refused), the API key must match when one i
 must fit ``max_body_bytes`` (read at most that much; a ``Content-Length`` over it is refused
 before any of the body is read), and at most ``max_concurrent`` sampling requests run at once
 (the next gets a 503 with ``Retry-After``). Each refusal is OpenAI's error JSON and one line in
-the ``gemlab.serve`` log. ``/health`` skips the key and the concurrency bound, so a monitor sees
-a busy server as alive.
+the ``gemlab.serve`` log (``errors.py``). ``/health`` skips the key and the concurrency bound, so
+a monitor sees a busy server as alive.
+
+``gemlab/local/http/guard.py`` is the local Tinker server's door, built the same way (a pure ASGI
+middleware added with ``app.add_middleware``, headers read with Starlette's ``Headers``, refusals
+sent as a Starlette ``JSONResponse``, ``Content-Length`` checked before a byte is read). The two
+cannot be one module: ``gemlab.local`` may import nothing of gemlab outside itself, and this
+endpoint, which also serves real Tinker samplers, must not import ``gemlab.local`` (that loads the
+emulator: PyTorch, PEFT, transformers). They differ on purpose where their clients do: Tinker's
+SDK sends one of many keys (one tenant each) as ``X-API-Key`` and long-polls its results, so that
+server bounds queued work rather than requests in flight, and answers in Tinker's error shape.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-import json
-import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-log = logging.getLogger("gemlab.serve")
+from starlette.datastructures import Headers
+
+from gemlab.serve.errors import error_response
+from gemlab.serve.schemas import OpenAIError
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 OPEN_PATHS = ("/health",)
@@ -61,29 +71,10 @@ class Limits:
     in_flight: int = field(default=0, init=False)
 
 
-def error_body(status: int, message: str, *, type: str = "invalid_request_error", code: str | None = None, param: str | None = None) -> bytes:
-    """OpenAI's error JSON, as bytes."""
-    return json.dumps({"error": {"message": message, "type": type, "param": param, "code": code}}).encode()
-
-
-async def refuse(
-    scope: Scope, send: Send, status: int, message: str, *, code: str, type: str = "invalid_request_error", headers: Iterable[tuple[bytes, bytes]] = ()
-) -> None:
-    """Answer ``status`` in OpenAI's error shape and log it on one line."""
-    log.warning("%d %s %s: %s", status, scope.get("method", "?"), scope.get("path", "?"), message)
-    body = error_body(status, message, type=type, code=code)
-    await send({
-        "type": "http.response.start", "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close"), *headers],
-    })  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return value.decode("latin-1")
-    return None
+async def refuse(scope: Scope, receive: Receive, send: Send, error: OpenAIError, headers: Mapping[str, str] | None = None) -> None:
+    """Answer ``error`` before the app sees the request, and close the connection (its body may be unread)."""
+    response = error_response(scope.get("method", "?"), scope.get("path", "?"), error, {"connection": "close", **(headers or {})})
+    await response(scope, receive, send)
 
 
 def _host_name(host_header: str) -> str:
@@ -103,44 +94,48 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limits = self.limits
-        host = _header(scope, b"host")
+        limits, headers = self.limits, Headers(scope=scope)
+        host = headers.get("host")
         if limits.allowed_hosts is not None and (host is None or _host_name(host).lower() not in limits.allowed_hosts):
-            await refuse(scope, send, 400, f"Host header {host!r} is not this server's (allowed: {', '.join(limits.allowed_hosts)})", code="invalid_host")
+            message = f"Host header {host!r} is not this server's (allowed: {', '.join(limits.allowed_hosts)})"
+            await refuse(scope, receive, send, OpenAIError(400, message, code="invalid_host"))
             return
         if scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        if limits.api_key is not None and not self._authorized(scope):
-            await refuse(scope, send, 401, "missing or wrong API key: send 'Authorization: Bearer <key>'", code="invalid_api_key", type="authentication_error")
+        if limits.api_key is not None and not self._authorized(headers):
+            message = "missing or wrong API key: send 'Authorization: Bearer <key>'"
+            await refuse(scope, receive, send, OpenAIError(401, message, code="invalid_api_key", type="authentication_error"))
             return
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         if limits.in_flight >= limits.max_concurrent:
             message = f"the server is busy ({limits.max_concurrent} requests running); retry shortly"
-            await refuse(scope, send, 503, message, code="server_busy", type="server_error", headers=[(b"retry-after", b"1")])
+            busy = OpenAIError(503, message, code="server_busy", type="server_error")
+            await refuse(scope, receive, send, busy, headers={"retry-after": "1"})
             return
         limits.in_flight += 1
         try:
-            body = await self._read_body(scope, receive, send)
+            body = await self._read_body(scope, headers, receive, send)
             if body is not None:
                 await self.app(scope, _replay(body, receive), send)
         finally:
             limits.in_flight -= 1
 
-    def _authorized(self, scope: Scope) -> bool:
-        given = _header(scope, b"authorization") or ""
+    def _authorized(self, headers: Headers) -> bool:
+        given = headers.get("authorization") or ""
         token = given[7:].strip() if given[:7].lower() == "bearer " else ""
         return hmac.compare_digest(token.encode(), str(self.limits.api_key).encode())
 
-    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    async def _read_body(self, scope: Scope, headers: Headers, receive: Receive, send: Send) -> bytes | None:
         """The whole body, or ``None`` once a 413 is sent (or the client left)."""
         limit = self.limits.max_body_bytes
         too_big = f"request body over the limit of {limit} bytes"
-        length = _header(scope, b"content-length")
+        length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
-            await refuse(scope, send, 413, f"{too_big} (Content-Length: {length[:20]})", code="request_too_large")
+            error = OpenAIError(413, f"{too_big} (Content-Length: {length[:20]})", code="request_too_large")
+            await refuse(scope, receive, send, error)
             return None
         chunks, size = [], 0
         while True:
@@ -150,7 +145,7 @@ class Guard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                await refuse(scope, send, 413, too_big, code="request_too_large")
+                await refuse(scope, receive, send, OpenAIError(413, too_big, code="request_too_large"))
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):

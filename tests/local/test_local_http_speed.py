@@ -14,12 +14,15 @@ from gemlab.local.http.gate import SampleGate
 
 
 class Started:
-    """What a local backend's ``sample`` returns: an object with a concurrent ``_future``."""
+    """What a local backend's ``sample`` returns: an APIFuture, whose ``future()`` is a concurrent future."""
 
     def __init__(self, log: list[int], value: int):
         log.append(value)
-        self._future: Future = Future()
-        self._future.set_result(value)
+        self._done: Future = Future()
+        self._done.set_result(value)
+
+    def future(self) -> Future:
+        return self._done
 
 
 async def burst(gate: SampleGate, session: str, values: list[int], log: list[int], gap_s: float = 0.0) -> list[int]:

@@ -3,11 +3,14 @@ trains and samples here.
 
     python -m gemlab.local.http --port 8000      # prints TINKER_BASE_URL and TINKER_API_KEY
 
-``app.py`` has the routes, ``registry.py`` what the server holds between requests, ``wire.py`` the
-protobuf payloads, ``paths.py`` tinker:// paths, ``keys.py`` the keys, ``guard.py`` the key check,
-body limit and error shape. See ``docs/workshop-server.md``.
+``app.py`` assembles the app; ``routes/`` has the routes (one router per concern, module-level
+handlers), ``state.py`` what they are handed (the server, the caller's tenant), ``replies.py`` how
+they read and answer, ``registry.py`` what the server holds between requests, ``wire.py`` the
+protobuf payloads, ``paths.py`` tinker:// paths, ``keys.py`` the keys, ``guard.py`` the key check
+and body limit, ``errors.py`` the error shape. See ``docs/workshop-server.md``.
 """
 
-from gemlab.local.http.app import Limits, make_app
+from gemlab.local.http.app import make_app
+from gemlab.local.http.state import Limits
 
 __all__ = ["Limits", "make_app"]

@@ -16,7 +16,7 @@ import socket
 import sys
 from pathlib import Path
 
-from gemlab.local.http.app import Limits
+from gemlab.local.http.state import Limits
 
 DEFAULT_DATA = Path.home() / ".cache" / "gemlab" / "tinker-server"
 

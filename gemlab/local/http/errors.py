@@ -1,12 +1,13 @@
 """Every failure as Tinker's error JSON, ``{"error": ..., "category": "user" | "server"}``, with the
-status the SDK expects; never a traceback on the wire."""
+status the SDK expects; never a traceback on the wire.
+
+``gemlab.serve`` answers in OpenAI's shape instead (``gemlab/serve/errors.py``): each server
+speaks the error format its clients parse, so the two shapes stay apart on purpose."""
 
 from __future__ import annotations
 
-import logging
-
 import pydantic
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -14,8 +15,6 @@ from tinker import TinkerError
 
 from gemlab.local.http.paths import CheckpointNotFound
 from gemlab.local.http.registry import Busy, NotFound
-
-logger = logging.getLogger("gemlab.local.http")
 
 
 class Unauthorized(Exception):
@@ -58,26 +57,22 @@ def one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def install(app: FastAPI) -> None:
-    """Answer every error raised inside the app in Tinker's shape (``guard.py`` answers the key and size checks)."""
+async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A path or query parameter FastAPI could not parse, in Tinker's shape."""
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    return JSONResponse(error_body(f"invalid request: {where}: {first.get('msg')}"), status_code=422)
 
-    @app.exception_handler(Exception)
-    async def any_error(request: Request, exc: Exception) -> JSONResponse:
-        # Starlette answers an unhandled exception here, then re-raises it for the server log
-        status, message, category = status_and_message(exc)
-        return JSONResponse(error_body(message, category), status_code=status)
 
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        return JSONResponse(error_body(f"invalid request: {where}: {first.get('msg')}"), status_code=422)
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's HTTP errors (an unknown route, a wrong method) in Tinker's shape."""
+    message = (
+        f"{request.method} {request.url.path} is not served by gemlab's local Tinker server"
+        if exc.status_code in (404, 405)
+        else str(exc.detail)
+    )
+    return JSONResponse(error_body(message), status_code=exc.status_code)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        message = (
-            f"{request.method} {request.url.path} is not served by gemlab's local Tinker server"
-            if exc.status_code in (404, 405)
-            else str(exc.detail)
-        )
-        return JSONResponse(error_body(message), status_code=exc.status_code)
+
+# the errors FastAPI answers itself; every other exception reaches ``guard.Guard``
+EXCEPTION_HANDLERS = {RequestValidationError: invalid, HTTPException: http_error}

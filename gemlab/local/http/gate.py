@@ -52,7 +52,7 @@ class SampleGate:
             self._release(session)
         else:
             burst.timer = loop.call_at(min(loop.time() + self.quiet_s, burst.first_at + self.max_wait_s), self._release, session)
-        return await asyncio.wrap_future((await started)._future)
+        return await asyncio.wrap_future((await started).future())
 
     def expected(self, session: Hashable) -> int:
         """The size of ``session``'s largest recent burst (0 before its first)."""

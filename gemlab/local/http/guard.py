@@ -1,12 +1,27 @@
 """The door of the server (an ASGI middleware): the key, the body size, and every error as
 Tinker's error JSON. Requests pass only with a key the server made (``X-API-Key``, as the SDK
-sends it); bodies over the limit are refused while they stream in."""
+sends it); bodies over the limit are refused while they stream in.
+
+``gemlab/serve/guard.py`` is the OpenAI endpoint's door, built the same way (a pure ASGI
+middleware added with ``app.add_middleware``, headers read with Starlette's ``Headers``, refusals
+sent as a Starlette ``JSONResponse``, ``Content-Length`` checked before a byte is read). It cannot
+share this module: ``gemlab.local`` imports nothing of gemlab outside itself, and importing any
+``gemlab.local`` module loads the emulator (PyTorch, PEFT, transformers), which an endpoint over
+real Tinker must not. The two differ on purpose where their clients do: one tenant per key of
+many (``X-API-Key``) here, one optional ``Bearer`` key, a ``Host`` check and a bound on requests
+in flight there (here the registry bounds queued work instead, answering 429 in Tinker's shape,
+because ``retrieve_future`` long-polls hold a request open by design); Tinker's error JSON here,
+OpenAI's there; and here a server error is logged with its traceback, there each refusal is one
+line.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
 
 from gemlab.local.http.errors import TooLarge, Unauthorized, error_body, status_and_message
 from gemlab.local.http.keys import KeyRing
@@ -35,7 +50,7 @@ class Guard:
             await send(message)
 
         try:
-            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            headers = Headers(scope=scope)
             tenant = self.keys.tenant(headers.get("x-api-key"))
             if tenant is None and scope["path"] not in OPEN_PATHS:
                 raise Unauthorized("a valid API key is required: set TINKER_API_KEY to the key the server printed")
@@ -50,15 +65,7 @@ class Guard:
                 logger.exception("error serving %s %s", scope.get("method"), scope.get("path"))
             if started:
                 return  # the response is on its way; nothing more can be said on this connection
-            body = json.dumps(error_body(message, category)).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await JSONResponse(error_body(message, category), status_code=status)(scope, receive, send)
 
     def _bounded(self, receive: Any) -> Any:
         seen = 0

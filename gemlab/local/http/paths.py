@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gemlab.local.checkpoints import SCHEME, WEIGHTS_FILE
+from gemlab.local.checkpoints import SCHEME, WEIGHTS_FILE, load_meta
 
 TINKER = "tinker://"
 # Tinker's path segment -> the local backend's folder kind
@@ -61,3 +61,8 @@ def run_folder(run_id: str, root: Path) -> Path:
     if not _SEGMENT.fullmatch(run_id) or not (root / run_id).is_dir():
         raise CheckpointNotFound(f"No training run {run_id!r} for this API key")
     return root / run_id
+
+
+def base_model_of(folder: str | Path) -> str:
+    """The base model a saved checkpoint folder was trained from (its metadata says)."""
+    return load_meta(Path(folder))["base_model"]

@@ -146,7 +146,7 @@ class Registry:
     def base_sampler(self, base_model: str, tenant: Tenant) -> Sampler:
         """The one sampler of ``base_model`` with no adapter: every session's requests on it batch together."""
         if base_model not in self.base_samplers:
-            client = asyncio.wrap_future(tenant.service.create_sampling_client(base_model=base_model)._future)
+            client = asyncio.wrap_future(tenant.service.create_sampling_client(base_model=base_model).future())
             sampler = Sampler(f"base-{uuid.uuid4().hex}", None, base_model, None, client)
             self.base_samplers[base_model] = sampler
             self.samplers[sampler.id] = sampler
