@@ -2,7 +2,7 @@
 
 The package follows the pipeline, one module per step:
 templates -> envs -> episodes -> returns (ReBN) -> datums -> step -> trainer -> plots.
-``gemlab/step.py`` is one training step on one screen; ``examples/gem_loop.py`` is GEM's whole
+``gemlab/step.py`` is one training step on one screen (``train_step``); ``examples/gem_loop.py`` is GEM's whole
 loop in one file without gemlab.
 """
 
@@ -10,7 +10,7 @@ from gemlab.backend import get_service_client
 from gemlab.config import Config, make_config
 from gemlab.datums import policy_gradient_datum, supervised_datum
 from gemlab.envs import make_envs
-from gemlab.returns import discounted_returns, normalize, rebn
+from gemlab.returns import advantages, discounted_returns, rebn
 from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch, collect_episode
 from gemlab.templates import TEMPLATES, get_template
 from gemlab.trainer import Trainer
@@ -22,6 +22,7 @@ __all__ = [
     "TEMPLATES",
     "Trainer",
     "Transition",
+    "advantages",
     "collect_batch",
     "collect_episode",
     "discounted_returns",
@@ -29,7 +30,6 @@ __all__ = [
     "get_template",
     "make_config",
     "make_envs",
-    "normalize",
     "policy_gradient_datum",
     "rebn",
     "supervised_datum",

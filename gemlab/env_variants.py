@@ -1,4 +1,4 @@
-"""Three GEM env variants that the reproduction studies need, registered through GEM's ``register``.
+"""Three GEM env variants (the reproduction studies use them), registered through GEM's ``register``.
 
 - ``game:GuessTheNumber-v0-1to20``: GEM's GuessTheNumberEnv with its own class defaults (1-20,
   20 turns). Any consistent player wins within 20 turns, so only the discount factor rewards
@@ -70,6 +70,6 @@ def register_variants() -> None:
     if GUESS_20 not in ENV_REGISTRY:
         register(GUESS_20, "gem.envs.game_env.guess_the_number:GuessTheNumberEnv", min_number=1, max_number=20, max_turns=20)
     if PRODUCTS_1DIGIT not in ENV_REGISTRY:
-        register(PRODUCTS_1DIGIT, "gemlab.studies.variants:OneDigitProductsEnv")
+        register(PRODUCTS_1DIGIT, "gemlab.env_variants:OneDigitProductsEnv")
     if SUMS_1DIGIT not in ENV_REGISTRY:
-        register(SUMS_1DIGIT, "gemlab.studies.variants:OneDigitSumsEnv")
+        register(SUMS_1DIGIT, "gemlab.env_variants:OneDigitSumsEnv")

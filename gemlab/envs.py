@@ -21,7 +21,7 @@ _root_handlers, _root_level = list(logging.getLogger().handlers), logging.getLog
 import gem  # noqa: E402
 from gem.envs.registration import ENV_REGISTRY, register  # noqa: E402
 
-from gemlab.studies.variants import register_variants  # noqa: E402
+from gemlab.env_variants import register_variants  # noqa: E402
 
 logging.getLogger().handlers[:] = _root_handlers
 logging.getLogger().setLevel(_root_level)

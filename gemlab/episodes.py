@@ -5,7 +5,7 @@ for an action and ``env.step`` it until the game ends. A policy is any function 
 observation text to an action (``str``, or an ``Action`` that also carries the sampled tokens),
 sync or async: a language model (``llm_policy``: observation -> template -> tokens ->
 ``sample`` -> decode), a text function, a scripted teacher; a person plays through the
-same ``play_turn`` (``gemlab.viewer.GameWidget``). ``play_episode_now`` runs the loop without an
+same ``play_turn`` (``gemlab.notebook.game_widget.InteractiveGame``). ``play_episode_now`` runs the loop without an
 event loop for policies that answer at once.
 
 All envs play concurrently under ``asyncio.gather``. ``collect_batch`` sends their requests in

@@ -63,3 +63,12 @@ def policy_metrics(transitions: Sequence[Transition], loss_fn_outputs: Sequence[
         "train/kl_sample_train_v2": float(0.5 * (d**2).mean()),
         "train/logprob_diff_abs": float(np.abs(d).mean()),
     }
+
+
+def staleness_metrics(transitions: Sequence[Transition], step: int) -> dict[str, float]:
+    """How many optimizer steps behind the learner the trained transitions were sampled."""
+    lags = np.asarray([step - t.sampler_version for t in transitions], dtype=np.float64)
+    return {
+        "async/staleness_mean": float(lags.mean()) if lags.size else 0.0,
+        "async/staleness_max": float(lags.max()) if lags.size else 0.0,
+    }

@@ -1,26 +1,25 @@
-"""Discounted per-turn returns and Return Batch Normalization (ReBN).
+"""Discounted per-turn returns, Return Batch Normalization (ReBN), and the one registry of
+advantage estimators.
 
 ReBN (GEM paper, arXiv 2510.01051) normalizes every transition's return by the mean and standard
 deviation of all returns in the batch. Unlike GRPO it needs no groups of episodes that share a
 state, which multi-turn games cannot provide. The alternatives a researcher compares against live
-here too, as pure functions on lists of floats.
+here too, as pure functions on lists of floats; ``ADVANTAGES`` maps each ``Config.advantage`` name
+to an estimator from a batch's episodes to one advantage per transition, and ``advantages`` is
+what the training step calls. A new estimator is one function and one entry here.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Hashable, Sequence
+from collections.abc import Callable
+from typing import Hashable, NamedTuple, Sequence
 
 import numpy as np
 
+from gemlab.episodes import Episode
+
 EPS = 1e-9
-ADVANTAGES = {  # the advantage estimators Config.advantage selects
-    "rebn": "(G - batch mean) / (batch std + 1e-9), GEM's ReBN",
-    "none": "raw discounted returns",
-    "center": "G - batch mean (no scaling)",
-    "group": "(G - group mean) / (group std + 1e-9) within transitions that share a state (GRPO-style)",
-    "grpo": "GRPO: each episode's total reward (gamma 1), normalized within its group of episodes on one problem, for every turn",
-}
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> list[float]:
@@ -76,16 +75,52 @@ def group_normalize(returns: Sequence[float], groups: Sequence[Hashable]) -> lis
     return out
 
 
-def normalize(returns: Sequence[float], method: str = "rebn", groups: Sequence[Hashable] | None = None) -> list[float]:
-    """Turn returns into advantages with one of ``ADVANTAGES``."""
-    if method == "rebn":
-        return rebn(returns)
-    if method == "none":
-        return [float(g) for g in returns]
-    if method == "center":
-        return center(returns)
-    if method in ("group", "grpo"):
-        if groups is None:
-            raise ValueError(f"advantage {method!r} needs a group key per return")
-        return group_normalize(returns, groups)
-    raise ValueError(f"Unknown advantage {method!r}. Known: {', '.join(ADVANTAGES)}")
+def batch_returns(episodes: Sequence[Episode], gamma: float) -> list[float]:
+    """Every transition's discounted return, episode by episode, turn by turn."""
+    return [g for episode in episodes for g in discounted_returns([t.reward for t in episode.transitions], gamma)]
+
+
+def _rebn(episodes: Sequence[Episode], gamma: float) -> list[float]:
+    return rebn(batch_returns(episodes, gamma))  # ALGO LOGIC: GEM's ReBN
+
+
+def _raw(episodes: Sequence[Episode], gamma: float) -> list[float]:
+    return batch_returns(episodes, gamma)
+
+
+def _center(episodes: Sequence[Episode], gamma: float) -> list[float]:
+    return center(batch_returns(episodes, gamma))
+
+
+def _same_state(episodes: Sequence[Episode], gamma: float) -> list[float]:
+    states = [tuple(t.obs_tokens) for episode in episodes for t in episode.transitions]
+    return group_normalize(batch_returns(episodes, gamma), states)
+
+
+def _grpo(episodes: Sequence[Episode], gamma: float) -> list[float]:
+    """Each episode's total reward normalized within its group, on every one of its turns (gamma unused)."""
+    scores = group_normalize([e.total_reward for e in episodes], [e.group for e in episodes])  # ALGO LOGIC
+    return [score for episode, score in zip(episodes, scores) for _ in episode.transitions]
+
+
+class Estimator(NamedTuple):
+    description: str
+    estimate: Callable[[Sequence[Episode], float], list[float]]  # (episodes, gamma) -> one advantage per transition
+
+
+ADVANTAGES: dict[str, Estimator] = {  # what Config.advantage selects
+    "rebn": Estimator("(G - batch mean) / (batch std + 1e-9), GEM's ReBN", _rebn),
+    "none": Estimator("raw discounted returns", _raw),
+    "center": Estimator("G - batch mean (no scaling)", _center),
+    "group": Estimator("(G - group mean) / (group std + 1e-9) within transitions that share a state (GRPO-style)", _same_state),
+    "grpo": Estimator("GRPO: each episode's total reward (gamma 1), normalized within its group of episodes on one problem, for every turn", _grpo),
+}
+
+
+def advantages(episodes: Sequence[Episode], method: str = "rebn", gamma: float = 1.0) -> list[float]:
+    """One advantage per transition of ``episodes`` (in order) by the estimator ``method`` names."""
+    if method not in ADVANTAGES:
+        raise ValueError(f"Unknown advantage {method!r}. Known: {', '.join(ADVANTAGES)}")
+    if method == "grpo" and any(e.group is None for e in episodes):
+        raise ValueError("advantage 'grpo' needs episodes played in groups (group_size >= 2)")
+    return ADVANTAGES[method].estimate(episodes, gamma)

@@ -1,5 +1,5 @@
 """Sampling ahead of the learner, with bounded staleness (``max_staleness = k``): one of the two
-places a ``Trainer``'s sampling can run (the other is inline, in the step itself).
+places a step's sampling can run (the other is ``step.Inline``, in the step itself).
 
 The synchronous loop alternates: sample a batch with the current weights, train on it, repeat,
 so the sampler idles while the learner trains and the other way round. Here a producer task
@@ -24,11 +24,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from gemlab.episodes import RolloutBatch, Transition
+from gemlab.episodes import RolloutBatch
 from gemlab.config import STALE_BATCHES
-from gemlab.step import Players, play_batch, sample, stamp_version
+from gemlab.step import Players, play_batch, stamp_version
 
 
 @dataclass
@@ -40,15 +38,6 @@ class ReadyBatch:
     version: int
     started: float
     finished: float
-
-
-def staleness_metrics(transitions: list[Transition], step: int) -> dict[str, float]:
-    """How many optimizer steps behind the learner the trained transitions were sampled."""
-    lags = np.asarray([step - t.sampler_version for t in transitions], dtype=np.float64)
-    return {
-        "async/staleness_mean": float(lags.mean()) if lags.size else 0.0,
-        "async/staleness_max": float(lags.max()) if lags.size else 0.0,
-    }
 
 
 class AsyncRollouts:
@@ -154,25 +143,6 @@ class AsyncRollouts:
             raise
         except BaseException as error:  # handed to the learner at its next take()
             self._ready.put_nowait(error)
-
-
-class InlineSampler:
-    """Sampling inside the step: snapshot the weights, play, then train (GEM's synchronous loop)."""
-
-    def __init__(self, training_client: Any, players: Players, clock: float) -> None:
-        self.training_client, self.players, self.clock = training_client, players, clock
-
-    async def batch_for(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
-        """The batch for ``step``, sampled now by the current weights, and when it was sampled."""
-        start = time.time()
-        batch = await sample(self.training_client, self.players, step)
-        return batch, {"time/sample_start": start - self.clock, "time/sample_end": time.time() - self.clock}
-
-    def weights_updated(self, version: int) -> None:
-        """Nothing to do: the next step snapshots the weights itself."""
-
-    async def close(self) -> None:
-        """Nothing runs between steps."""
 
 
 class AheadSampler:

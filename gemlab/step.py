@@ -1,4 +1,4 @@
-"""One training step of GEM's REINFORCE + ReBN, as plain functions to read top to bottom.
+"""One training step of GEM's REINFORCE + ReBN: ``train_step``, then its parts, top to bottom.
 
     sample   1. snapshot the learner's weights for the sampler,
              2. play ``num_env`` envs concurrently until ``batch_size`` transitions;
@@ -11,30 +11,38 @@
 (GEM paper, Algorithm 1; GEM's Tinker example. ``examples/gem_loop.py`` is the same loop in one
 file with no gemlab import.) ``advantage="grpo"`` with ``group_size`` > 1 is GRPO instead of 3-4:
 envs play in groups that share one problem, and every turn of an episode gets the episode's total
-reward normalized within its group (trajectory-level, gamma 1).
+reward normalized within its group (trajectory-level, gamma 1); ``gemlab.returns.ADVANTAGES``
+lists every estimator.
 
-These functions talk to Tinker's client interface only; ``gemlab.trainer.Trainer`` strings them
-together with a run folder, and decides where sampling runs (``gemlab.sampling_ahead``).
+These functions talk to Tinker's client interface only. Where sampling runs is passed in: ``Inline``
+(here: GEM's synchronous loop) or ``sampling_ahead.AheadSampler`` (``max_staleness`` > 0).
+``gemlab.trainer.Trainer`` adds the run folder around ``train_step``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
+import sys
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from tinker import types
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
-from gemlab.config import Config, adam_params
+from gemlab.config import Config
 from gemlab.datums import policy_gradient_datum
 from gemlab.episodes import RolloutBatch, Transition, collect_batch
-from gemlab.metrics import policy_metrics, rollout_metrics
-from gemlab.returns import discounted_returns, normalize
+from gemlab.metrics import policy_metrics, rollout_metrics, staleness_metrics
+from gemlab.returns import advantages as estimate_advantages
 from gemlab.seeds import derive_seed, step_generator
 from gemlab.templates import Template
+
+T = TypeVar("T")
 
 
 class NonFinite(ArithmeticError):
@@ -63,6 +71,93 @@ class Prepared:
     minibatches: list[list[int]]
 
 
+@dataclass
+class StepResult:
+    """What a step did: its metrics row, the batch it played, the trained transitions and the
+    learner's output for each."""
+
+    metrics: dict[str, float]
+    batch: RolloutBatch
+    transitions: list[Transition]
+    outputs: list[Any]
+
+
+class Sampling(Protocol):
+    """Where a step's batch comes from: ``Inline`` or ``sampling_ahead.AheadSampler``."""
+
+    async def batch_for(self, step: int) -> tuple[RolloutBatch, dict[str, float]]: ...
+    def weights_updated(self, version: int) -> None: ...
+    async def close(self) -> None: ...
+
+
+# ----- the step ---------------------------------------------------------------------------------
+async def train_step(
+    training_client: Any,
+    sampling: Sampling,
+    config: Config,
+    step: int,
+    *,
+    clock: float,
+    on_update: Callable[[], None] | None = None,
+    record: Callable[[StepResult], Awaitable[None]] | None = None,
+) -> StepResult:
+    """One policy-gradient step: sample, prepare, update, metrics. Interrupted (cancelled) while
+    sampling, nothing has changed; once the update is sent (``on_update`` is called then) the step
+    runs to its end, ``record`` included (a run folder logs it there), before the cancel goes on.
+    Times in the metrics count from ``clock``."""
+    start = time.time()
+    batch, timeline = await sampling.batch_for(step)  # 1-2. snapshot the weights, play the envs
+    prepared = prepare(batch, config, step)  # 3-5. returns, advantages, subsampling, datums
+
+    async def update_and_record() -> StepResult:
+        train_start = time.time()
+        if on_update is not None:
+            on_update()
+        outputs, train = await update(training_client, prepared.datums, prepared.minibatches, config)  # 6.
+        sampling.weights_updated(step + 1)  # a sampler running ahead gets the new weights at once
+        end = time.time()
+        metrics = step_metrics(step, batch, prepared.transitions, outputs, train)
+        metrics.update(staleness_metrics(prepared.transitions, step))
+        metrics.update({"time/sample": timeline["time/sample_end"] - timeline["time/sample_start"], "time/train": end - train_start, "time/step": end - start})
+        metrics.update({**timeline, "time/train_start": train_start - clock, "time/train_end": end - clock})
+        result = StepResult(metrics, batch, prepared.transitions, outputs)
+        if record is not None:
+            await record(result)
+        return result
+
+    return await run_to_end(asyncio.ensure_future(update_and_record()))
+
+
+async def run_to_end(task: asyncio.Future[T]) -> T:
+    """Await ``task`` to its end even if the caller is cancelled meanwhile (then re-raise that)."""
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        task.result()  # the step's own error, if it had one, wins over the interrupt
+        raise
+
+
+# ----- 1-2. sample ------------------------------------------------------------------------------
+class Inline:
+    """Sampling inside the step: snapshot the weights, play, then train (GEM's synchronous loop)."""
+
+    def __init__(self, training_client: Any, players: Players, clock: float) -> None:
+        self.training_client, self.players, self.clock = training_client, players, clock
+
+    async def batch_for(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch for ``step``, sampled now by the current weights, and when it was sampled."""
+        start = time.time()
+        batch = await sample(self.training_client, self.players, step)
+        return batch, {"time/sample_start": start - self.clock, "time/sample_end": time.time() - self.clock}
+
+    def weights_updated(self, version: int) -> None:
+        """Nothing to do: the next step snapshots the weights itself."""
+
+    async def close(self) -> None:
+        """Nothing runs between steps."""
+
+
 # ----- 1-2. sample ------------------------------------------------------------------------------
 async def sample(training_client: Any, players: Players, step: int) -> RolloutBatch:
     """Steps 1-2: a snapshot of the current weights plays the envs until ``batch_size`` transitions."""
@@ -76,7 +171,8 @@ async def play_batch(players: Players, index: int, sampling_client: Any) -> Roll
     """Batch ``index`` played by ``sampling_client``; its seeds derive from the run seed and ``index``."""
     config = players.config
     random.seed(derive_seed(config.seed, index))  # GEM's games draw from the global random
-    with tqdm(total=config.batch_size, desc=f"step {index} episodes", unit="transition", leave=False, disable=not players.progress) as bar:
+    bar = tqdm(total=config.batch_size, desc=f"step {index} episodes", unit="transition", leave=False, disable=not players.progress, file=sys.stdout)
+    with bar:  # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle
         return await collect_batch(
             sampling_client,
             players.envs,
@@ -114,19 +210,11 @@ def prepare(batch: RolloutBatch, config: Config, step: int) -> Prepared:
 def prepare_transitions(
     batch: RolloutBatch, *, gamma: float, advantage: str, batch_size: int, rng: np.random.Generator
 ) -> tuple[list[Transition], list[float]]:
-    """Steps 3-5 without the datums: returns per episode, advantages over the batch, then
-    ``batch_size`` of the transitions drawn without replacement by ``rng``."""
-    transitions: list[Transition] = []
-    returns: list[float] = []
-    for episode in batch.episodes:
-        transitions.extend(episode.transitions)
-        returns.extend(discounted_returns([t.reward for t in episode.transitions], gamma))  # ALGO LOGIC
-    if advantage == "grpo":  # one advantage per episode, from its group, on every turn
-        scores = normalize([e.total_reward for e in batch.episodes], "grpo", [e.group for e in batch.episodes])  # ALGO LOGIC
-        advantages = [score for episode, score in zip(batch.episodes, scores) for _ in episode.transitions]
-    else:
-        groups = [tuple(t.obs_tokens) for t in transitions] if advantage == "group" else None
-        advantages = normalize(returns, advantage, groups)  # ALGO LOGIC: ReBN by default
+    """Steps 3-5 without the datums: an advantage per transition by the estimator ``advantage``
+    names (``gemlab.returns.ADVANTAGES``: returns per episode, normalized over the batch by
+    default), then ``batch_size`` of the transitions drawn without replacement by ``rng``."""
+    transitions = [t for episode in batch.episodes for t in episode.transitions]
+    advantages = estimate_advantages(batch.episodes, advantage, gamma)  # ALGO LOGIC: ReBN by default
     if len(transitions) > batch_size:
         keep = rng.choice(len(transitions), batch_size, replace=False)  # ALGO LOGIC: subsample
         transitions = [transitions[i] for i in keep]
@@ -156,6 +244,11 @@ async def update(training_client: Any, datums: list[types.Datum], minibatches: l
         for key, value in {**result.metrics, **(optim_result.metrics or {})}.items():
             train.setdefault(key, []).append(float(value))
     return outputs, {f"train/{k}": sum(v) if k.endswith(":sum") else float(np.mean(v)) for k, v in train.items()}
+
+
+def adam_params(learning_rate: float) -> types.AdamParams:
+    """GEM's optimizer settings: Adam with beta1 0.9, beta2 0.95, eps 1e-8."""
+    return types.AdamParams(learning_rate=learning_rate, beta1=0.9, beta2=0.95, eps=1e-8)
 
 
 def check_finite(metrics: dict[str, float]) -> None:

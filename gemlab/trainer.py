@@ -1,12 +1,12 @@
 """``Trainer``: one run of GEM's REINFORCE + ReBN loop, one step at a time or end to end.
 
-A step is the plain functions of ``gemlab.step`` (sample, prepare, update, metrics); the Trainer
-adds what a run needs around them:
+A step is ``gemlab.step.train_step`` (sample, prepare, update, metrics); the Trainer composes what
+a run needs around it:
 
-- **where sampling runs**: inline, in the step (GEM's synchronous loop), or ahead of the learner
-  with ``max_staleness = k > 0`` (``gemlab.sampling_ahead``): each batch is then sampled by weights
-  at most ``k`` steps old, every transition records that version, and the loss's importance ratio
-  corrects for the lag;
+- **where sampling runs**, passed to the step: inline (``step.Inline``, GEM's synchronous loop), or
+  ahead of the learner with ``max_staleness = k > 0`` (``gemlab.sampling_ahead``): each batch is
+  then sampled by weights at most ``k`` steps old, every transition records that version, and the
+  loss's importance ratio corrects for the lag;
 - **a run folder** (``gemlab.run_folder.RunFolder``) that survives crashes, interrupts and a second
   process: locked while a Trainer holds it; a step is all-or-nothing (an interrupt during sampling
   rolls it back, one during the update lets it finish), so weights, optimizer, metrics and step
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import threading
 import time
 import warnings
@@ -31,7 +32,7 @@ from concurrent.futures import Future
 from typing import Any, Coroutine, TypeVar
 
 import chz
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from gemlab.backend import get_service_client, resolve_backend, served_models
 from gemlab.config import Config
@@ -39,8 +40,8 @@ from gemlab.envs import check_env_id, make_envs, wrapper_names
 from gemlab.episodes import RolloutBatch, Transition
 from gemlab.metrics import DROP_RATE_WARNING
 from gemlab.run_folder import RunFolder
-from gemlab.sampling_ahead import AheadSampler, InlineSampler, staleness_metrics
-from gemlab.step import NonFinite, Players, Prepared, prepare, step_metrics, update
+from gemlab.sampling_ahead import AheadSampler
+from gemlab.step import Inline, NonFinite, Players, Sampling, StepResult, train_step
 from gemlab.templates import get_template
 from gemlab.warmup import warmup_async
 
@@ -145,16 +146,6 @@ class _LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-async def _finish(task: asyncio.Task) -> T:
-    """Await ``task`` to its end even if the caller is cancelled meanwhile (then re-raise that)."""
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        task.result()  # the step's own error, if it had one, wins over the interrupt
-        raise
-
-
 class Trainer:
     """One training run. ``step()`` (or ``await astep()``) does one policy-gradient step and returns
     its metrics; ``run()`` goes to ``max_steps``. A run whose folder holds a checkpoint resumes from
@@ -188,24 +179,24 @@ class Trainer:
             self.service_client = service_client
             self._loop = _LoopThread()
 
-            async def create() -> Any:  # the SDK's future of the client, awaited on the trainer's loop
-                return await service_client.create_lora_training_client(base_model=config.model_name, rank=config.lora_rank, seed=config.seed)
-
-            self.training_client = self._loop.run(create())
+            self.training_client: Any = None
+            # the newest intact checkpoint, else a fresh LoRA (SDK futures, awaited on the trainer's loop)
+            self.step_index, self.history = self.folder.resume(lambda path: self._loop.run(self._resume_from(path)))
+            if self.training_client is None:
+                self.training_client = self._loop.run(self._fresh_client())
             self.tokenizer = self.training_client.get_tokenizer()
             self.envs = make_envs(
                 config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=self.tokenizer, group_size=config.group_size
             )
-            self.step_index, self.history = self.folder.resume(lambda path: self._loop.run(self._load(path)))
         except BaseException:
             self.folder.abandon()  # bad input leaves no files: remove what this call made
             raise
         self.folder.save_config(config, changes, self.step_index)
         players = Players(config, self.envs, self.tokenizer, self.template, progress)
         if config.max_staleness > 0:
-            self.sampler: InlineSampler | AheadSampler = AheadSampler(self.training_client, players, self._clock, config.max_staleness, config.stale_batches)
+            self.sampler: Sampling = AheadSampler(self.training_client, players, self._clock, config.max_staleness, config.stale_batches)
         else:
-            self.sampler = InlineSampler(self.training_client, players, self._clock)
+            self.sampler = Inline(self.training_client, players, self._clock)
 
     def __enter__(self) -> Trainer:
         return self
@@ -233,19 +224,16 @@ class Trainer:
         return self._loop.run(self._step())
 
     async def _step(self) -> dict[str, float]:
-        """The step on the Trainer's own loop: sample (inline or ahead), prepare, then the update."""
+        """The step on the Trainer's own loop (``train_step``), logged and checkpointed by the run folder."""
         self._check_usable()
         step = self.step_index
         try:
             if step == 0 and self.config.warmup_steps > 0 and not self.history and not self._warmed_up:
                 await self._warmup()
-            start = time.time()
-            batch, timeline = await self.sampler.batch_for(step)  # 1-2. snapshot the weights, play the envs
-            self.last_batch = batch
-            prepared = prepare(batch, self.config, step)  # 3-5. returns, advantages, subsampling, datums
-            timeline.update(staleness_metrics(prepared.transitions, step))
-            # 6. the update; from here on the step always completes (or the Trainer is unusable)
-            return await _finish(asyncio.ensure_future(self._update(step, batch, prepared, start, timeline)))
+            result = await train_step(
+                self.training_client, self.sampler, self.config, step, clock=self._clock, on_update=self._update_sent, record=self._record
+            )
+            return result.metrics
         except NonFinite as error:
             last = self.checkpoints[-1]["step"] if self.checkpoints else 0
             raise TrainingDiverged(
@@ -254,29 +242,25 @@ class Trainer:
                 "(or allow_config_change=true)"
             ) from None
 
-    async def _update(self, step: int, batch: RolloutBatch, prepared: Prepared, start: float, timeline: dict[str, float]) -> dict[str, float]:
-        """Train on ``prepared``, then log the step's metrics and checkpoint if due."""
-        train_start = time.time()
+    def _update_sent(self) -> None:
         self._mid_update = True  # from here until the step is logged, weights and metrics may disagree
-        outputs, train = await update(self.training_client, prepared.datums, prepared.minibatches, self.config)
-        self.sampler.weights_updated(step + 1)  # new weights go to a sampler running ahead at once
-        self.last_update = (prepared.transitions, outputs)
-        metrics = step_metrics(step, batch, prepared.transitions, outputs, train)
+
+    async def _record(self, result: StepResult) -> None:
+        """Log a finished step's metrics, then checkpoint if due."""
+        self.last_batch = result.batch
+        self.last_update = (result.transitions, result.outputs)
+        batch = result.batch
         if batch.drop_rate > DROP_RATE_WARNING:
             warnings.warn(
-                f"step {step}: {batch.drop_rate:.0%} of episodes were dropped after sampling failures "
+                f"step {self.step_index}: {batch.drop_rate:.0%} of episodes were dropped after sampling failures "
                 f"({batch.errors[0]}); the episode metrics lean towards short games",
                 stacklevel=2,
             )
-        end = time.time()
-        metrics.update({"time/sample": timeline["time/sample_end"] - timeline["time/sample_start"], "time/train": end - train_start, "time/step": end - start})
-        metrics.update({**timeline, "time/train_start": train_start - self._clock, "time/train_end": end - self._clock})
-        self.step_index = step + 1
-        self._log(metrics)
+        self.step_index += 1
+        self._log(result.metrics)
         self._mid_update = False
         if self.config.save_every > 0 and self.step_index % self.config.save_every == 0:
             await self._save_checkpoint()
-        return metrics
 
     def run_on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the Trainer's own event loop, where its clients live (e.g. an
@@ -290,7 +274,8 @@ class Trainer:
         self._check_usable()
         last = max_steps if max_steps is not None else self.config.max_steps
         self._stop_requested = False
-        with tqdm(total=last, initial=min(self.step_index, last), desc="training", unit="step", disable=not self.progress) as bar:
+        bar = tqdm(total=last, initial=min(self.step_index, last), desc="training", unit="step", disable=not self.progress, file=sys.stdout)
+        with bar:  # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle
             while self.step_index < last and not self._stop_requested:
                 metrics = self.step()
                 bar.set_postfix(success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
@@ -371,8 +356,13 @@ class Trainer:
         self.folder.add_checkpoint(name, self.step_index, saved.path, self.history)
         return saved.path
 
-    async def _load(self, path: str) -> None:
-        await (await self.training_client.load_state_with_optimizer_async(path)).result_async()
+    async def _fresh_client(self) -> Any:
+        config = self.config
+        return await self.service_client.create_lora_training_client(base_model=config.model_name, rank=config.lora_rank, seed=config.seed)
+
+    async def _resume_from(self, path: str) -> None:
+        """A training client with the LoRA weights and optimizer state saved at ``path``."""
+        self.training_client = await self.service_client.create_training_client_from_state_with_optimizer(path)
 
     def _log(self, metrics: dict[str, float]) -> None:
         self.history.append(metrics)

@@ -10,15 +10,16 @@ preset's ``gemlab/tiny`` is pretrained and needs none; ``gemlab/tiny-random`` (n
 from __future__ import annotations
 
 import random
+import sys
 from typing import Any, Sequence
 
 from tinker import types
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
-from gemlab.config import adam_params
 from gemlab.datums import supervised_datum
 from gemlab.episodes import end_of_turn_ids, play_episode_now
 from gemlab.seeds import derive_seed
+from gemlab.step import adam_params
 from gemlab.templates import Template
 
 WARMUP_STREAM = -1  # derive_seed(seed, -1): the warm-up's stream (gemlab/seeds.py lists them all)
@@ -48,7 +49,8 @@ async def warmup_async(
     for none, or a tqdm bar to advance by one a step (a notebook's text bar)."""
     random.seed(derive_seed(config.seed, WARMUP_STREAM))  # GEM's scripted answers draw from the global random
     own_bar = isinstance(progress, bool)
-    bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress) if own_bar else progress
+    # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
+    bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress, file=sys.stdout) if own_bar else progress
     losses: list[float] = []
     for _ in range(config.warmup_steps):
         datums = scripted_examples(envs, tokenizer, template, config.batch_size)

@@ -1,5 +1,7 @@
-"""The package's layout: no import circles in gemlab/, and the Tinker emulator (gemlab/local/)
-imports nothing from gemlab outside itself.
+"""The package's layout: no import circles in gemlab/; the Tinker emulator (gemlab/local/) imports
+nothing from gemlab outside itself; the pipeline (the modules flat in gemlab/) imports no role (the
+other folders: notebook helpers, the lab, the studies, serving, the tiny model, the cookbook
+adapter), so the roles stand on the pipeline and never the other way round.
 
 The import graph is read from the source with ``ast``: every ``import``/``from ... import`` of a
 gemlab module, at module level and inside functions alike (a function-level import that dodges a
@@ -119,6 +121,25 @@ def test_the_emulator_stands_alone() -> None:
         if not (target == "gemlab.local" or target.startswith("gemlab.local."))
     }
     assert not outside, "gemlab/local/ must import nothing from gemlab outside itself: " + "; ".join(sorted(outside))
+
+
+def roles(package: Path = PACKAGE) -> set[str]:
+    """The role folders: every subpackage of gemlab except the emulator."""
+    return {f"gemlab.{p.parent.name}" for p in package.glob("*/__init__.py")} - {"gemlab.local"}
+
+
+def test_the_pipeline_imports_no_role() -> None:
+    folders = roles()
+    assert {"gemlab.studies", "gemlab.serve", "gemlab.notebook", "gemlab.lab", "gemlab.tiny"} <= folders
+    pipeline = {name: targets for name, targets in import_graph().items() if name.count(".") == 1 and name not in folders and name != "gemlab.local"}
+    assert "gemlab.step" in pipeline and "gemlab.envs" in pipeline
+    upward = {
+        f"{name} imports {target}"
+        for name, targets in pipeline.items()
+        for target in targets
+        if any(target == role or target.startswith(role + ".") for role in folders)
+    }
+    assert not upward, "the pipeline must not import a role (move the code down into the pipeline): " + "; ".join(sorted(upward))
 
 
 def test_no_test_module_imports_another() -> None:

@@ -5,7 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from gemlab.returns import center, discounted_returns, group_normalize, normalize, rebn
+from gemlab.episodes import Episode, Transition
+from gemlab.returns import ADVANTAGES, advantages, batch_returns, center, discounted_returns, group_normalize, rebn
 
 
 def test_discounted_returns_three_turns_gamma_09():
@@ -49,7 +50,6 @@ def test_rebn_of_equal_returns_is_exactly_zero_where_float32_gives_a_uniform_pus
 
 def test_center_and_none():
     assert center([1.0, 2.0, 6.0]) == pytest.approx([-2.0, -1.0, 3.0])
-    assert normalize([1.0, 2.0], "none") == [1.0, 2.0]
 
 
 def test_group_normalize_within_groups_only():
@@ -64,8 +64,34 @@ def test_group_normalize_explodes_on_near_equal_returns():
     assert abs(out[0]) > 0.5
 
 
-def test_normalize_rejects_unknown_method():
-    with pytest.raises(ValueError, match="Unknown advantage 'zscore'"):
-        normalize([1.0], "zscore")
-    with pytest.raises(ValueError, match="group key"):
-        normalize([1.0], "group")
+def episode(rewards: list[float], group: tuple[int, int] | None = None, obs: list[list[int]] | None = None) -> Episode:
+    obs = obs or [[i] for i in range(len(rewards))]
+    return Episode(
+        transitions=[Transition(obs_tokens=o, act_tokens=[9], act_logprobs=[-0.1], reward=r, done=i == len(rewards) - 1) for i, (o, r) in enumerate(zip(obs, rewards))],
+        group=group,
+    )
+
+
+def test_every_estimator_gives_one_advantage_per_transition_in_order():
+    batch = [episode([0.0, 1.0], (0, 0)), episode([0.0, 0.0, 0.5], (0, 0)), episode([1.0], (0, 1)), episode([0.0], (0, 1))]
+    returns = [0.5, 1.0, 0.125, 0.25, 0.5, 1.0, 0.0]  # gamma 0.5, episode by episode
+    assert batch_returns(batch, 0.5) == returns
+    assert advantages(batch, "none", 0.5) == returns
+    assert advantages(batch, "rebn", 0.5) == pytest.approx(rebn(returns))
+    assert advantages(batch, "center", 0.5) == pytest.approx(center(returns))
+    assert advantages(batch) == pytest.approx(rebn([1.0, 1.0, 0.5, 0.5, 0.5, 1.0, 0.0]))  # ReBN, gamma 1 by default
+    # GRPO: totals 1.0 and 0.5 in group (0, 0), 1.0 and 0.0 in (0, 1); each episode's score on all its turns
+    a, b = 1 / math.sqrt(2), -1 / math.sqrt(2)
+    assert advantages(batch, "grpo", 0.5) == pytest.approx([a, a, b, b, b, a, b])
+    # group: transitions that share an observation ([0] opens every episode, [1] is two second turns, [2] alone)
+    shared = advantages(batch, "group", 0.5)
+    assert shared == pytest.approx(group_normalize(returns, [0, 1, 0, 1, 2, 0, 0]))
+    assert shared[1] == pytest.approx(1 / math.sqrt(2)) and shared[4] == 0.0
+    assert set(ADVANTAGES) == {"rebn", "none", "center", "group", "grpo"}
+
+
+def test_advantages_refuse_an_unknown_method_and_grpo_without_groups():
+    with pytest.raises(ValueError, match="Unknown advantage 'zscore'. Known: rebn, none, center, group, grpo"):
+        advantages([episode([1.0])], "zscore")
+    with pytest.raises(ValueError, match="needs episodes played in groups"):
+        advantages([episode([1.0])], "grpo")

@@ -11,7 +11,7 @@ import pytest
 
 from gemlab import Trainer, make_config
 from gemlab.sampling_ahead import AsyncRollouts
-from gemlab.config import adam_params
+from gemlab.step import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
 from gemlab.local import LocalServiceClient

@@ -7,7 +7,7 @@ error** (``ERRORS``: a ``LocalBackendError``, a ``tinker.TinkerError`` naming th
 An ``X_async`` form has the state of ``X``. The
 table's second column says the same over HTTP against ``python -m gemlab.local.http``
 (``gemlab/local/http/coverage.py``). ``python -m gemlab.local.coverage --write`` rewrites
-the table in ``docs/local-backend.md``; ``tests/local/test_local_coverage.py`` checks it is in sync
+the table in ``docs/local-backend.md``; ``tests/local/test_coverage.py`` checks it is in sync
 with the installed tinker and that every listed error is raised.
 """
 

@@ -6,10 +6,11 @@ A ``ScoredDataGroup`` holds, per sequence, its tokens, a mask that is -100 where
 not write (prompts, the environment's replies), the sampler's logprob of every token and one score.
 Each run of written tokens is one turn: ``group_episodes`` turns a sequence into a gemlab
 ``Episode`` of ``Transition``s (the tokens before the turn, the turn's tokens and logprobs; the
-score as the last turn's reward), so the update is gemlab's own ``step.prepare`` and ``step.update``
-(GRPO over each group's scores, as tinker-atropos trains; the importance-sampling ratio corrects for
-the lag). Sampling ahead reuses ``sampling_ahead.AsyncRollouts``: the batch for step ``j`` is
-collected while earlier steps train, by weights of version ``j - max_staleness`` or newer.
+score as the last turn's reward), so a step is gemlab's own ``step.train_step`` with
+``EnvSampling`` as where its batch comes from (GRPO over each group's scores, as tinker-atropos
+trains; the importance-sampling ratio corrects for the lag). Sampling ahead reuses
+``sampling_ahead.AsyncRollouts``: the batch for step ``j`` is collected while earlier steps train,
+by weights of version ``j - max_staleness`` or newer.
 
 atroposlib is needed only to run an environment (``pip install atroposlib``); this module imports
 none of it.
@@ -17,16 +18,17 @@ none of it.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gemlab.config import Config
 from gemlab.episodes import Episode, RolloutBatch, Transition
-from gemlab.sampling_ahead import AsyncRollouts, staleness_metrics
+from gemlab.sampling_ahead import AsyncRollouts
 from gemlab.serve.completions import SamplerSlot
-from gemlab.step import prepare, stamp_version, step_metrics, update
+from gemlab.step import stamp_version, train_step
 
 MASKED = -100  # atroposlib's mask value for tokens the model did not write
 
@@ -91,6 +93,63 @@ class Weights:
     version: int
 
 
+class EnvSampling:
+    """Where a step's batch comes from in the tinker-atropos loop: an Atropos environment collecting
+    through the endpoint behind ``slot``, which serves weights of version ``step`` (inline) or of at
+    least ``step - max_staleness`` (ahead of the learner, ``sampling_ahead.AsyncRollouts``). Each
+    snapshot is asked for right after the update its version counts (``weights_updated``)."""
+
+    def __init__(self, env: Any, training_client: Any, slot: SamplerSlot, *, groups: int, max_staleness: int, clock: float) -> None:
+        self.env, self.training_client, self.slot, self.groups, self.clock = env, training_client, slot, groups, clock
+        self.max_staleness = max_staleness
+        self._latest: asyncio.Task[Weights] | None = None
+        self._ahead: AsyncRollouts | None = None
+
+    def _snapshot(self, version: int) -> asyncio.Task[Weights]:
+        future = self.training_client.save_weights_and_get_sampling_client()  # asked now: after exactly `version` updates
+
+        async def weights() -> Weights:
+            return Weights(await future, version)
+
+        self._latest = asyncio.ensure_future(weights())
+        return self._latest
+
+    async def _collect(self, index: int, served: Weights) -> RolloutBatch:
+        self.slot.set(served.client, served.version)
+        return await collect(self.env, index, self.groups)
+
+    async def batch_for(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch for ``step`` and when it was sampled."""
+        if self.max_staleness and self._ahead is None:
+            self._ahead = AsyncRollouts(self._collect, max_staleness=self.max_staleness, first_step=step)
+            self._ahead.publish(asyncio.shield(self._snapshot(step)), step)
+        if self._ahead is not None:
+            ready, _ = await self._ahead.take(step)
+            return ready.batch, {"time/sample_start": ready.started - self.clock, "time/sample_end": ready.finished - self.clock}
+        start = time.time()
+        served = await self._latest if self._latest is not None else None
+        if served is None or served.version != step:  # the first step: no snapshot yet
+            served = await self._snapshot(step)
+        batch = await self._collect(step, served)
+        stamp_version(batch, step)
+        return batch, {"time/sample_start": start - self.clock, "time/sample_end": time.time() - self.clock}
+
+    def weights_updated(self, version: int) -> None:
+        """Snapshot the new weights now; a collector running ahead gets them at once."""
+        snapshot = self._snapshot(version)
+        if self._ahead is not None:  # shielded: closing the collector must not cancel the snapshot served last
+            self._ahead.publish(asyncio.shield(snapshot), version)
+
+    async def close(self) -> None:
+        """Stop collecting once the group in flight is complete, then serve the newest weights."""
+        if self._ahead is not None:
+            await self._ahead.close()
+            self._ahead = None
+        if self._latest is not None:
+            newest = await self._latest
+            self.slot.set(newest.client, newest.version)
+
+
 async def train(
     env: Any,
     training_client: Any,
@@ -102,51 +161,22 @@ async def train(
     first_step: int = 0,
     on_step: Callable[[dict[str, float]], None] | None = None,
 ) -> list[dict[str, float]]:
-    """``steps`` steps of the tinker-atropos loop; returns one metrics row per step.
+    """``steps`` steps of the tinker-atropos loop (``gemlab.step.train_step`` on the environment's
+    groups); returns one metrics row per step, and leaves the endpoint serving the trained weights.
 
     Before step ``j`` samples, the endpoint behind ``slot`` serves weights of version at least
     ``j - config.max_staleness`` (version ``j`` exactly when ``max_staleness`` is 0, GEM's
     synchronous loop). Advantages, loss and learning rate come from ``config``
     (``advantage="grpo"`` compares the sequences of a group, as tinker-atropos does)."""
-
-    def weights(version: int) -> Awaitable[Weights]:
-        snapshot = training_client.save_weights_and_get_sampling_client()  # asked now: after exactly `version` updates
-
-        async def served() -> Weights:
-            return Weights(await snapshot, version)
-
-        return served()
-
-    async def collect_with(index: int, served: Weights) -> RolloutBatch:
-        slot.set(served.client, served.version)
-        return await collect(env, index, groups_per_step)
-
-    ahead = AsyncRollouts(collect_with, max_staleness=config.max_staleness, first_step=first_step) if config.max_staleness else None
-    rows = []
     clock = time.time()
+    sampling = EnvSampling(env, training_client, slot, groups=groups_per_step, max_staleness=config.max_staleness, clock=clock)
+    rows = []
     try:
-        if ahead is not None:
-            ahead.publish(weights(first_step), first_step)
         for step in range(first_step, first_step + steps):
-            start = time.time()
-            if ahead is None:
-                batch = await collect_with(step, await weights(step))
-                stamp_version(batch, step)
-            else:
-                batch = (await ahead.take(step))[0].batch
-            sampled = time.time()
-            prepared = prepare(batch, config, step)
-            outputs, train_metrics = await update(training_client, prepared.datums, prepared.minibatches, config)
-            if ahead is not None and step + 1 < first_step + steps:  # the last weights are served below
-                ahead.publish(weights(step + 1), step + 1)
-            row = step_metrics(step, batch, prepared.transitions, outputs, train_metrics)
-            row.update(staleness_metrics(prepared.transitions, step))
-            row.update({"time/sample": sampled - start, "time/train": time.time() - sampled, "time/step": time.time() - start, "time/total": time.time() - clock})
-            rows.append(row)
+            result = await train_step(training_client, sampling, config, step, clock=clock)
+            rows.append(result.metrics)
             if on_step is not None:
-                on_step(row)
+                on_step(result.metrics)
     finally:
-        if ahead is not None:
-            await ahead.close()
-    slot.set((await weights(first_step + steps)).client, first_step + steps)  # serve the trained weights
+        await sampling.close()
     return rows

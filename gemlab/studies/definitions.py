@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gemlab.config import Config, make_config
-from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.env_variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
 from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS, TINY_SUMS
 
 STUDIES = ("gamma", "tuning", "algorithms")

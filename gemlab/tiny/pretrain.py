@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from gemlab.envs import make_envs
 from gemlab.episodes import end_of_turn_ids, play_episode_now
-from gemlab.studies.variants import ANSWERS
+from gemlab.env_variants import ANSWERS
 from gemlab.templates import get_template
 from gemlab.tiny import registry
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
@@ -175,7 +176,8 @@ def pretrain(
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, betas=(0.9, 0.95), weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(skills))
     losses = []
-    for skill in tqdm(skills, desc="pretraining gemlab/tiny", unit="step", disable=not progress):
+    # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
+    for skill in tqdm(skills, desc="pretraining gemlab/tiny", unit="step", disable=not progress, file=sys.stdout):
         inputs, mask, labels, positions, targets = _batch([next(states) for _ in range(batch_size)], skill, answer, tokenizer)
         logits = model(input_ids=inputs, attention_mask=mask).logits
         fixed = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), labels[:, 1:], reduction="sum")

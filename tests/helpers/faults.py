@@ -68,11 +68,7 @@ class FaultyTraining:
         self._hit("optim_step", self.snapshots - 1 + self._start)
         return self.client.optim_step(*args, **kwargs)
 
-    async def load_state_with_optimizer_async(self, path: str) -> Any:
-        self._start = int(path.rsplit("step", 1)[-1])  # snapshots count from the resumed step
-        return await self.client.load_state_with_optimizer_async(path)
-
-    _start = 0
+    _start = 0  # the step the run resumed from: snapshots count from there
 
 
 class FaultyService:
@@ -85,6 +81,11 @@ class FaultyService:
     async def create_lora_training_client(self, **kwargs: Any) -> FaultyTraining:
         client = await self.service.create_lora_training_client(**kwargs)
         return FaultyTraining(client, self.point, self.step, self.action)
+
+    async def create_training_client_from_state_with_optimizer(self, path: str, **kwargs: Any) -> FaultyTraining:
+        client = FaultyTraining(await self.service.create_training_client_from_state_with_optimizer(path, **kwargs), self.point, self.step, self.action)
+        client._start = int(path.rsplit("step", 1)[-1])
+        return client
 
 
 def install(point: str, step: int, action: Callable[[], None]) -> None:

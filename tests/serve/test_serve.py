@@ -16,7 +16,7 @@ import openai
 import pytest
 from tinker import types
 
-from gemlab.config import adam_params
+from gemlab.step import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
 from gemlab.local import TINY, LocalServiceClient, sampling_client

@@ -17,7 +17,7 @@ from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, TUNING_SEEDS, 
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table
 from gemlab.studies.runner import estimate_seconds, run_studies
-from gemlab.studies.variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.env_variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
 from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 

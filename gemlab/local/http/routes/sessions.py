@@ -17,7 +17,7 @@ def client_config(compress: bool) -> types.ClientConfigResponse:
     (the server runs them in arrival order), zstd bodies when ``compress``, and the SDK's httpx
     transport: its reqwest-based one (pyqwest) costs the client about half the CPU per request,
     but a process that used it aborted at exit ("terminate called without an active exception",
-    exit -6: the `tinker` CLI in tests/local/test_local_http.py)."""
+    exit -6: the `tinker` CLI in tests/local/test_http.py)."""
     return types.ClientConfigResponse(
         pjwt_auth_enabled=False,
         parallel_fwdbwd_chunks=False,
