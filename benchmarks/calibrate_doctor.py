@@ -1,16 +1,20 @@
-"""Measure the per-notebook costs in ``gemlab/doctor.py``'s ``NOTEBOOK_COSTS``.
+"""Measure each notebook's full-size run and record it in ``gemlab/notebook_costs.json``, from which
+``gemlab.doctor`` derives its per-notebook costs (``NOTEBOOK_COSTS``).
 
-    python benchmarks/calibrate_doctor.py 00_backends 01_templates ...   # default: every notebook
+    python benchmarks/calibrate_doctor.py                      # every notebook in notebooks/
+    python benchmarks/calibrate_doctor.py 09_decoupled_rl:91   # one; :N = the laptop RL steps it trains
 
 For each notebook: time a laptop step (``gemlab.doctor.measure_step_time``) before and after,
 execute the notebook at full size (``GEMLAB_QUICK=0``, ``jupyter nbconvert --execute``, outputs
-to a temporary folder, never into notebooks/), and print its wall time, the laptop steps the table
-counts for it, and the fixed part in seconds at the reference step time:
-``fixed = (wall - steps * step) * REFERENCE_STEP_S / step``. Prints the load average with each.
+to a temporary folder, never into notebooks/), print its wall time, the laptop steps it trains
+(``:N``, else as recorded before, else 0) and the fixed part in seconds at the reference step time
+(``fixed = (wall - steps * step) * REFERENCE_STEP_S / step``), and record the measurement with the
+notebook's full-size constants (``doctor.full_sizes``), the date and the load average.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,17 +27,26 @@ from gemlab import doctor
 REPO = Path(__file__).resolve().parents[1]
 
 
-def main(names: list[str]) -> int:
-    names = names or list(doctor.NOTEBOOK_COSTS)
+def main(args: list[str]) -> int:
+    recorded = doctor.read_measurements()
+    wanted = dict(arg.partition(":")[::2] for arg in args) or {path.stem: "" for path in sorted(doctor.NOTEBOOKS.glob("*.ipynb"))}
     env = {**os.environ, "GEMLAB_QUICK": "0", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    print("notebook | wall s | step s (before, after) | table steps | fixed s at reference | load (1 min)")
-    for name in names:
+    print("notebook | wall s | step s (before, after) | steps | fixed s at reference | load (1 min)")
+    for name, steps_arg in wanted.items():
+        notebook = doctor.NOTEBOOKS / f"{name}.ipynb"
+        if not notebook.is_file():
+            print(f"{name}: no such notebook in {doctor.NOTEBOOKS}")
+            continue
+        if steps_arg and not steps_arg.isdigit():
+            print(f"{name}:{steps_arg}: after ':' give the laptop RL steps it trains, a whole number")
+            continue
+        steps = int(steps_arg) if steps_arg else recorded.get(name, {}).get("steps", 0)
         before = doctor.measure_step_time(3)[1]
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as out:
             done = subprocess.run(
                 [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--output-dir", out,
-                 "--ExecutePreprocessor.timeout=1800", str(REPO / "notebooks" / f"{name}.ipynb")],
+                 "--ExecutePreprocessor.timeout=1800", str(notebook)],
                 env=env, capture_output=True, text=True,
             )  # fmt: skip
         wall = time.perf_counter() - start
@@ -42,9 +55,15 @@ def main(names: list[str]) -> int:
             print(f"{name}: failed: {done.stderr.strip().splitlines()[-1]}")
             continue
         step = (before + after) / 2
-        steps = doctor.NOTEBOOK_COSTS[name][0]
         fixed = (wall - steps * step) * doctor.REFERENCE_STEP_S / step
-        print(f"{name} | {wall:.0f} | {step:.2f} ({before:.2f}, {after:.2f}) | {steps} | {fixed:.0f} | {os.getloadavg()[0]:.1f}", flush=True)
+        load = os.getloadavg()[0]
+        print(f"{name} | {wall:.0f} | {step:.2f} ({before:.2f}, {after:.2f}) | {steps} | {fixed:.0f} | {load:.1f}", flush=True)
+        note = {"note": recorded[name]["note"]} if recorded.get(name, {}).get("note") else {}
+        recorded[name] = {
+            "wall_s": round(wall, 1), "step_s": [round(before, 3), round(after, 3)], "steps": steps, "load": round(load, 1),
+            "date": time.strftime("%Y-%m-%d"), "sizes": doctor.full_sizes(notebook), **note,
+        }  # fmt: skip
+        doctor.MEASURED_FILE.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
     return 0
 
 

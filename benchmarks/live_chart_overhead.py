@@ -3,8 +3,9 @@
 Trains the laptop preset for ``--steps`` steps through the lab, pressed as the Run button does
 (its six live panels, drawn to PNG and redrawn as ``RedrawBudget`` allows). Prints the wall time,
 the redraws, the seconds spent redrawing and their share of the wall time (issue 21's target: at
-most 5%). ``viewer.LiveMetrics`` (notebooks 04 and 06) prints the same figures in the notebook
-(``live.summary()``): outside a kernel nothing renders its figures, so it is not timed here.
+most 5%). ``gemlab.notebook.live_metrics.LiveMetrics`` (notebooks 04 and 06) prints the same
+figures in the notebook (``live.summary()``): outside a kernel nothing renders its figures, so it
+is not timed here.
 
     python benchmarks/live_chart_overhead.py --steps 100
 """

@@ -18,7 +18,6 @@ from typing import Any, Callable
 
 import chz
 import numpy as np
-from tinker import types
 
 from gemlab.returns import ADVANTAGES
 from gemlab.templates import TEMPLATES
@@ -261,11 +260,6 @@ class Config:
         return f"{env}-{model}-seed{self.seed}"
 
 
-def adam_params(learning_rate: float) -> types.AdamParams:
-    """GEM's optimizer settings: Adam with beta1 0.9, beta2 0.95, eps 1e-8."""
-    return types.AdamParams(learning_rate=learning_rate, beta1=0.9, beta2=0.95, eps=1e-8)
-
-
 # The default local setup: sized so that a 2-core laptop sees learning within minutes
 # (docs/laptop-recipe.md explains every choice). Real Tinker runs use ``Config()`` as GEM does.
 LAPTOP: dict[str, Any] = dict(
@@ -363,30 +357,28 @@ def parse_value(key: str, text: str, annotation: Any) -> Any:
 RENAMED_FIELDS = {"normalization": "advantage"}
 
 
-def upgrade_saved_config(saved: dict[str, Any]) -> dict[str, Any]:
-    """A saved config's fields under today's names (``normalization`` is now ``advantage``)."""
-    return {RENAMED_FIELDS.get(key, key): value for key, value in saved.items()}
-
-
-def read_saved_config(file: Path) -> dict[str, Any]:
-    """A saved ``config.json``'s fields under today's names; ``ValueError`` in one line naming the
-    file when it cannot be read or is not a JSON object (the one reader of saved configs)."""
+def read_saved_config(path: str | Path) -> dict[str, Any]:
+    """The one reader of saved configs: a run's ``config.json`` (or its folder) under today's field
+    names (``RENAMED_FIELDS``), with the default of each field the run predates (added to gemlab
+    after it started: it trained with the default). ``ValueError`` in one line naming the file when
+    it cannot be read or is not a JSON object. Keys that are not config fields are kept."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / CONFIG_FILE
     try:
         saved = json.loads(file.read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{file} cannot be read ({type(error).__name__})") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{file} is not a gemlab config (a JSON {type(saved).__name__}, not an object)")
-    return upgrade_saved_config(saved)
+    return {**chz.asdict(Config()), **{RENAMED_FIELDS.get(key, key): value for key, value in saved.items()}}
 
 
 def load_saved_config(path: str) -> dict[str, Any]:
-    """The fields of a run's saved ``config.json`` (one line naming the file when it is not one)."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / CONFIG_FILE
+    """The saved config that ``config=PATH`` reruns: ``read_saved_config``, with keys that are not
+    config fields refused (``Config`` cannot take them), in one line that says ``config=PATH``."""
     try:
-        saved = read_saved_config(file)
+        saved = read_saved_config(path)
     except ValueError as error:
         raise ValueError(f"config={path}: {error}") from None
     unknown = sorted(set(saved) - set(chz.chz_fields(Config)))

@@ -10,7 +10,9 @@ otherwise. Uses only gemlab's public API, so it checks what a notebook would use
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.metadata as metadata
+import json
 import os
 import platform
 import shutil
@@ -18,37 +20,80 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-#: The unit of the table below: one laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8)
+#: The unit of the notebooks' costs: one laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8)
 #: of 1.0 s, about what this project's 2-core machine does when free (100 steps in 89-106 s,
 #: docs/benchmarks.md).
 REFERENCE_STEP_S = 1.0
 
-#: Each notebook's cost at full size (Run All, GEMLAB_QUICK unset, nothing clicked) as (laptop RL
-#: steps it trains, fixed seconds at the reference step time, where the figures come from).
+#: Where the notebooks are (a checkout: ``pip install -e .``), and each one's full-size run as
+#: ``python benchmarks/calibrate_doctor.py NAME`` measured and recorded it (that script writes the
+#: file; nobody edits it): the wall time of ``jupyter nbconvert --execute`` at full size (Run All,
+#: GEMLAB_QUICK=0, nothing clicked; kernel start and imports included, the browser's rendering
+#: not), the laptop step time measured just before and after, the laptop RL steps the notebook
+#: trains, and the notebook's full-size constants then (``full_sizes``).
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+MEASURED_FILE = Path(__file__).with_name("notebook_costs.json")
+
+
+def full_sizes(notebook: Path) -> list[str]:
+    """The notebook's sizes at full size, as ``NAME = expression``: every ``NAME = small if QUICK
+    else full`` (or ``... if not QUICK else ...``) in its code cells, in order. By the notebooks'
+    convention (``QUICK`` shrinks every size) these say how much a full-size run does."""
+    sizes = []
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for node in ast.walk(ast.parse("".join(cell["source"]))):
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.IfExp) and len(node.targets) == 1):
+                continue
+            test, target = node.value.test, ast.unparse(node.targets[0])
+            if isinstance(test, ast.Name) and test.id == "QUICK":
+                sizes.append(f"{target} = {ast.unparse(node.value.orelse)}")
+            elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and ast.unparse(test.operand) == "QUICK":
+                sizes.append(f"{target} = {ast.unparse(node.value.body)}")
+    return sizes
+
+
+def read_measurements(measured_file: Path = MEASURED_FILE) -> dict[str, dict[str, Any]]:
+    """The recorded measurements by notebook name (none when the file is missing)."""
+    return json.loads(measured_file.read_text()) if measured_file.is_file() else {}
+
+
+def notebook_costs(notebooks: Path = NOTEBOOKS, measured_file: Path = MEASURED_FILE) -> tuple[dict[str, tuple[float, float, str]], list[str]]:
+    """Each notebook's cost, derived from its measurement: (laptop RL steps it trains, fixed
+    seconds at the reference step time, where the figures come from), with ``wall = steps * step
+    + fixed * step / REFERENCE_STEP_S`` at the measured step time; and the notebooks in
+    ``notebooks`` that have no measurement. A notebook whose full-size constants changed since it
+    was measured says so in its source. Without a ``notebooks`` folder, every measured one counts."""
+    measured = read_measurements(measured_file)
+    names = sorted(p.stem for p in notebooks.glob("*.ipynb")) if notebooks.is_dir() else sorted(measured)
+    costs = {}
+    for name in names:
+        if name not in measured:
+            continue
+        record = measured[name]
+        step_s = statistics.mean(record["step_s"])
+        fixed = (record["wall_s"] - record["steps"] * step_s) * REFERENCE_STEP_S / step_s
+        source = f"measured {record['date']} at load {record['load']}" + (f"; {record['note']}" if record.get("note") else "")
+        then, now = Counter(record["sizes"]), Counter(full_sizes(notebooks / f"{name}.ipynb") if notebooks.is_dir() else record["sizes"])
+        if now != then:
+            changed = [f"{label}: {', '.join(sorted(sizes.elements()))}" for label, sizes in (("new", now - then), ("gone", then - now)) if sizes]
+            source += f"; its sizes changed since ({'; '.join(changed)}), remeasure: python benchmarks/calibrate_doctor.py {name}"
+        costs[name] = (record["steps"], fixed, source)
+    return costs, [name for name in names if name not in measured]
+
+
+#: Each notebook's cost at full size (``notebook_costs``), and the notebooks not measured yet.
 #: Predicted time here: steps * step time here + fixed * (step time here / REFERENCE_STEP_S).
-#: "measured": `python benchmarks/calibrate_doctor.py NAME` on this project's shared 2-core machine
-#: (load average 4-9, laptop step 1.5-3.0 s, measured before and after the notebook by this doctor):
-#: `jupyter nbconvert --execute` wall time, minus steps * step time, divided by the step time.
-#: Kernel start and imports are part of "fixed"; the browser's rendering is not.
-#: 10_smollm2: 662 s under nbconvert at load 2.2 with a laptop step of 0.63-0.70 s (2026-11-24).
-NOTEBOOK_COSTS: dict[str, tuple[float, float, str]] = {
-    "00_backends": (0, 9, "measured"),
-    "01_templates": (0, 10, "measured"),
-    "02_episodes": (0, 18, "measured"),
-    "03_returns_and_rebn": (0, 9, "measured"),
-    "04_training_with_lora": (10, 19, "measured"),
-    "05_plotting_results": (0, 10, "measured"),
-    "06_the_laptop_recipe": (100, 5, "measured"),
-    "07_hyperparameter_lab": (0, 10, "measured; each run started from the lab adds a laptop run"),
-    "08_reproducing_gem": (23, 20, "measured"),
-    "09_decoupled_rl": (51, 22, "measured"),
-    "10_smollm2": (0, 995, "measured; SmolLM2 steps, taken to scale with the machine as laptop steps do"),
-}
+NOTEBOOK_COSTS, UNMEASURED = notebook_costs()
 #: A laptop-preset run from the command line or the lab: 100 steps.
 LAPTOP_RUN_STEPS = 100
 MIN_FREE_DISK_GB = 2.0
@@ -194,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             print("predicted time of each notebook here (Run All; reading time not included):")
             for name, seconds in predict(step_s).items():
                 print(f"  {name:<24} {minutes(seconds):>7}   (cost {NOTEBOOK_COSTS[name][2]})")
+            for name in UNMEASURED:
+                print(f"  {name:<24} {'?':>7}   (cost not measured yet: python benchmarks/calibrate_doctor.py {name})")
             print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in 07's lab): "
                   f"{minutes(LAPTOP_RUN_STEPS * step_s + loaded)}")  # fmt: skip
             if slower > 3:

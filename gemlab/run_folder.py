@@ -581,15 +581,13 @@ def read_metrics(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(read_rows(path).rows)
 
 
-def saved_config(path: Path, *, remedy: str = "repair it or move the folder aside") -> dict[str, Any]:
-    """A run's saved ``config.json`` with the default for each field it lacks (a field added to
-    gemlab after the run started: it trained with the default); a damaged one raises
-    ``RunFolderError`` in one line that names the file and ``remedy``."""
+def saved_config(path: str | Path, *, remedy: str = "repair it or move the folder aside") -> dict[str, Any]:
+    """``read_saved_config`` (a run's ``config.json`` or its folder) for the code that uses run
+    folders: a damaged file raises ``RunFolderError`` in one line that names the file and ``remedy``."""
     try:
-        saved = read_saved_config(path)
+        return read_saved_config(path)
     except ValueError as error:
         raise RunFolderError(f"{error}; {remedy}") from None
-    return {**chz.asdict(Config()), **saved}
 
 
 def read_run(path: str | Path) -> SavedRun:

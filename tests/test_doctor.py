@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import json
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,57 @@ def test_bad_steps_is_one_line(capsys: pytest.CaptureFixture) -> None:
 def test_one_real_laptop_step_is_timed() -> None:
     loaded, step_s = doctor.measure_step_time(1)
     assert loaded > 0 and step_s > 0
+
+
+def test_every_notebook_has_a_measured_cost_and_every_measurement_a_notebook() -> None:
+    """A notebook added to notebooks/ without a cost fails here (``benchmarks/calibrate_doctor.py
+    NAME`` measures it); so does a measurement left behind by a notebook renamed or removed."""
+    notebooks = {path.stem for path in doctor.NOTEBOOKS.glob("*.ipynb")}
+    assert notebooks, f"no notebooks found in {doctor.NOTEBOOKS}"
+    assert doctor.UNMEASURED == [], f"not measured: python benchmarks/calibrate_doctor.py {' '.join(doctor.UNMEASURED)}"
+    assert set(doctor.NOTEBOOK_COSTS) == notebooks
+    assert set(doctor.read_measurements()) <= notebooks
+
+
+def notebook(folder: Path, name: str, *cells: str) -> Path:
+    path = folder / f"{name}.ipynb"
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": cell.splitlines(keepends=True)} for cell in cells]}))
+    return path
+
+
+def test_full_sizes_are_the_full_size_branch_of_each_quick_constant(tmp_path: Path) -> None:
+    path = notebook(
+        tmp_path, "n",
+        "QUICK = setup()\nSTEPS = 2 if QUICK else 12  # steps\nLIMIT = 7",
+        "GRID = [1, 2] if not QUICK else [1]\nSTEPS = 1 if QUICK else 3\nshown = f(x if QUICK else y)",
+    )  # fmt: skip
+    assert doctor.full_sizes(path) == ["STEPS = 12", "GRID = [1, 2]", "STEPS = 3"]
+
+
+def test_costs_derive_from_the_measurement_and_say_what_is_missing_or_changed(tmp_path: Path) -> None:
+    notebook(tmp_path, "01_measured", "STEPS = 2 if QUICK else 10")
+    notebook(tmp_path, "02_changed", "STEPS = 2 if QUICK else 40")
+    notebook(tmp_path, "03_new", "print(1)")
+    record = {"wall_s": 50.0, "step_s": [1.5, 2.5], "steps": 10, "load": 3.0, "date": "2026-01-02", "sizes": ["STEPS = 10"]}
+    measured = tmp_path / "costs.json"
+    measured.write_text(json.dumps({"01_measured": record, "02_changed": {**record, "note": "a note"}, "04_gone": record}))
+    costs, unmeasured = doctor.notebook_costs(tmp_path, measured)
+    assert unmeasured == ["03_new"] and list(costs) == ["01_measured", "02_changed"]  # 04_gone has no notebook
+    steps, fixed, source = costs["01_measured"]
+    assert steps == 10 and fixed == pytest.approx((50 - 10 * 2.0) / 2.0 * doctor.REFERENCE_STEP_S)  # wall = steps * step + fixed * step
+    assert source == "measured 2026-01-02 at load 3.0"
+    assert costs["02_changed"][2] == (
+        "measured 2026-01-02 at load 3.0; a note; its sizes changed since (new: STEPS = 40; gone: STEPS = 10), remeasure: "
+        "python benchmarks/calibrate_doctor.py 02_changed"
+    )
+    # without a notebooks folder (not a checkout) every measured notebook counts, none is missing
+    costs, unmeasured = doctor.notebook_costs(tmp_path / "absent", measured)
+    assert sorted(costs) == ["01_measured", "02_changed", "04_gone"] and unmeasured == []
+
+
+def test_an_unmeasured_notebook_is_listed_without_a_prediction(
+    quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(doctor, "UNMEASURED", ["11_new"])
+    assert doctor.main([]) == 0  # a missing cost is the project's to fix, not the machine's
+    assert "11_new                         ?   (cost not measured yet: python benchmarks/calibrate_doctor.py 11_new)" in capsys.readouterr().out

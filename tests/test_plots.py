@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import pytest
 
 from gemlab import plots
-from gemlab.notebook import viewer
+from gemlab.notebook.live_metrics import LiveMetrics
 
 
 def write_run(folder, kl):
@@ -35,7 +35,7 @@ def test_kl_panel_of_a_real_gap_keeps_its_autoscale(tmp_path):
 
 
 def test_live_metrics_kl_panel_is_floored_too():
-    live = viewer.LiveMetrics(["train/kl_sample_train_v2"])
+    live = LiveMetrics(["train/kl_sample_train_v2"])
     live.rows = [{"step": 0, "train/kl_sample_train_v2": 1e-7}, {"step": 1, "train/kl_sample_train_v2": 3e-7}]
     low, high = live.figure().axes[0].get_ylim()
     assert high - low >= plots.KL_MIN_SPAN

@@ -27,8 +27,8 @@ from gemlab.lab.watch import play_saved_policy
 from gemlab.episodes import Episode
 from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
 from gemlab.trainer import Trainer, TrainingDiverged
+from gemlab.notebook.episode_views import episode_html
 from gemlab.notebook.redraw import RedrawBudget
-from gemlab.notebook.viewer import episode_html
 
 LIVE_PANELS = (
     ("sampler/success_rate",),

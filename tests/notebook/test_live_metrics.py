@@ -1,0 +1,35 @@
+"""The live metrics chart (labels, redraws within the budget, the time left) and the metrics table."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from gemlab.notebook import live_metrics
+from gemlab.notebook.redraw import RedrawBudget
+
+
+def test_live_metrics_figure_has_labels():
+    live = live_metrics.LiveMetrics(["sampler/success_rate", "train/loss:sum"])
+    live.rows = [{"step": 0, "sampler/success_rate": 0.1, "train/loss:sum": 1.0}, {"step": 1, "sampler/success_rate": 0.3, "train/loss:sum": 0.5}]
+    fig = live.figure()
+    for ax in fig.axes:
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+
+
+def test_metrics_table_indexes_by_step():
+    table = live_metrics.metrics_table([{"step": 0.0, "a": 1.0, "b": 2.0}, {"step": 1.0, "a": 3.0, "b": 4.0}], ["a"])
+    assert list(table.index) == [0, 1] and list(table.columns) == ["a"]
+    readable = live_metrics.metrics_table([{"step": 0.0, "time/step": 1.0}], readable=True)
+    assert list(readable.columns) == ["wall time per step (s)"]  # words that wrap, not a 20-character key
+
+
+def test_live_metrics_skips_redraws_it_cannot_afford_but_always_draws_the_last_step():
+    drawn = []
+    live = live_metrics.LiveMetrics(["sampler/success_rate"], total=4, budget=RedrawBudget(share=0.05))
+    live._redraw = lambda: (drawn.append(len(live.rows)), live.budget.drawing().__enter__())  # no figure needed
+    live.budget._next = float("inf")  # as after an expensive redraw: nothing is due until the end
+    for step in range(4):
+        live.update({"step": step, "sampler/success_rate": 0.5, "time/step": 2.0})
+    assert drawn == [4]
+    live.rows = live.rows[:2]
+    assert "step 2/4, about 4 s left" in live.figure()._suptitle.get_text()  # median step time x steps left
