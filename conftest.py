@@ -11,6 +11,11 @@ import pytest
 
 os.environ.setdefault("GEMLAB_QUICK", "1")
 
+# A notebook's kernel is another process, out of reach of pyproject's filterwarnings, and it inherits
+# this environment: while nbmake runs a notebook, a DeprecationWarning or FutureWarning attributed to
+# the notebook's own cells (module __main__) is an error there, as one attributed to gemlab is here.
+NOTEBOOK_WARNINGS = "error::DeprecationWarning:__main__,error::FutureWarning:__main__"
+
 
 def pytest_collection_modifyitems(config, items):
     """Mark the notebooks (nbmake) and the browser tests ``slow``, so ``-m "not slow"`` leaves them
@@ -21,3 +26,19 @@ def pytest_collection_modifyitems(config, items):
         if path.endswith(".ipynb") or "tests/browser/" in path:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: "tests/browser/" in item.nodeid.replace("\\", "/"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Run a notebook (nbmake) with ``NOTEBOOK_WARNINGS`` added to the kernel's ``PYTHONWARNINGS``."""
+    if item.path.suffix != ".ipynb":
+        return (yield)
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, (before, NOTEBOOK_WARNINGS)))  # the last entry wins
+    try:
+        return (yield)
+    finally:
+        if before is None:
+            del os.environ["PYTHONWARNINGS"]
+        else:
+            os.environ["PYTHONWARNINGS"] = before

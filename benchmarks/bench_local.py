@@ -127,7 +127,7 @@ def local_sampling(sampler: Any, prompts: list[list[int]], max_tokens: int) -> C
     async def run() -> Any:
         params = [types.SamplingParams(max_tokens=max_tokens, stop=[], seed=i) for i in range(len(prompts))]
         return await asyncio.gather(
-            *[sampler.sample_async(types.ModelInput.from_ints(p), 1, s) for p, s in zip(prompts, params)]
+            *[sampler.sample(types.ModelInput.from_ints(p), 1, s) for p, s in zip(prompts, params)]
         )
 
     return lambda: asyncio.run(run())

@@ -71,7 +71,7 @@ async def collect_round(sampling_client, envs, tokenizer, config: dict, seeds: l
             for i in live
         ]
         results = await asyncio.gather(
-            *(sampling_client.sample_async(prompt=types.ModelInput.from_ints(p), num_samples=1, sampling_params=s) for p, s in zip(prompts, params))
+            *(sampling_client.sample(prompt=types.ModelInput.from_ints(p), num_samples=1, sampling_params=s) for p, s in zip(prompts, params))
         )
         for i, prompt, result in zip(live, prompts, results):
             tokens = list(result.sequences[0].tokens)
@@ -154,25 +154,25 @@ def step_metrics(step: int, episodes: list[list[dict]], transitions: list[dict],
 
 async def main(config: dict) -> None:
     service_client = tinker.ServiceClient()
-    training_client = await service_client.create_lora_training_client_async(base_model=config["model_name"], rank=config["lora_rank"], seed=config["seed"])
+    training_client = await service_client.create_lora_training_client(base_model=config["model_name"], rank=config["lora_rank"], seed=config["seed"])
     tokenizer = training_client.get_tokenizer()
     envs = make_envs(config, tokenizer)
     adam = types.AdamParams(learning_rate=config["learning_rate"], beta1=0.9, beta2=0.95, eps=1e-8)
     log = open(config["metrics"], "w") if config["metrics"] else None
     for step in range(config["max_steps"]):
-        sampling_client = await training_client.save_weights_and_get_sampling_client_async()
+        sampling_client = await training_client.save_weights_and_get_sampling_client()
         episodes = await collect_episodes(sampling_client, envs, tokenizer, config, step)
         transitions = advantages(episodes, config, step)
         datums = [make_datum(t) for t in transitions]
         # ========== train: one importance-sampling policy-gradient step ==========
-        backward = await training_client.forward_backward_async(datums, "importance_sampling")
-        optim = await training_client.optim_step_async(adam)
-        result = await backward.result_async()
-        await optim.result_async()
+        backward = training_client.forward_backward(datums, "importance_sampling")
+        optim = training_client.optim_step(adam)  # queued behind forward_backward: both in flight
+        result = await backward
+        await optim
         metrics = step_metrics(step, episodes, transitions, result)
         print(json.dumps(metrics), file=log or sys.stdout, flush=True)
         if config["save_every"] > 0 and (step + 1) % config["save_every"] == 0:
-            await (await training_client.save_state_async(f"step{step + 1:06d}")).result_async()
+            await training_client.save_state(f"step{step + 1:06d}")
 
 
 if __name__ == "__main__":

@@ -151,3 +151,29 @@ def test_no_test_module_imports_another() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             found |= {f"{path.relative_to(tests)} imports {n}" for n in names if n.rpartition(".")[2].startswith("test_")}
     assert not found, "move shared test code to tests/helpers/: " + "; ".join(sorted(found))
+
+
+WIDGET_BARS = {"tqdm.auto", "tqdm.autonotebook", "tqdm.notebook"}
+
+
+def widget_bar_imports(source: str) -> set[str]:
+    """The modules of tqdm's notebook (widget) bars that ``source`` imports, wherever it imports them."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found & WIDGET_BARS
+
+
+def test_widget_bar_imports_are_found() -> None:
+    source = "from tqdm.auto import tqdm\ndef f():\n    from tqdm import notebook\nfrom tqdm import tqdm\n"
+    assert widget_bar_imports(source) == {"tqdm.auto", "tqdm.notebook"}
+
+
+def test_gemlabs_progress_bars_are_text_bars() -> None:
+    """In a notebook a widget bar (``tqdm.auto``) flickers JupyterLab's kernel status to Idle while
+    the cell runs; gemlab's bars are ``tqdm.tqdm`` on stdout, which a notebook shows as text."""
+    found = {module_name(path): widget_bar_imports(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
+    assert not {name: bars for name, bars in found.items() if bars}, found

@@ -19,13 +19,14 @@ import asyncio
 import math
 import multiprocessing
 import os
+import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, append_row, read_rows
 from gemlab.studies.definitions import Run
@@ -150,7 +151,9 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
     todo = [run for run in runs if not finished(run)]
     total = sum(run.config.max_steps for run in runs)
     timings: list[Timing] = []
-    with tqdm(total=total, initial=total - sum(run.config.max_steps - steps_done(run) for run in todo), desc="reproduce_gem", unit="step", disable=not progress) as bar:
+    done = total - sum(run.config.max_steps - steps_done(run) for run in todo)
+    # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
+    with tqdm(total=total, initial=done, desc="reproduce_gem", unit="step", disable=not progress, file=sys.stdout) as bar:
         if concurrency > 0 or jobs <= 1:
             limit = asyncio.Semaphore(max(concurrency, 1))
 

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 from tinker import types
 
-from gemlab.config import adam_params
+from gemlab.step import adam_params
 from gemlab.local.futures import SAMPLING, TRAINING, get_worker
 from tests.helpers.local import nudge, sft_datum
 
