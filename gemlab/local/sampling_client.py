@@ -82,6 +82,11 @@ class LocalSamplingClient(SamplingClient):
             finalizer = weakref.finalize(self, release_adapter, model, adapter)
             finalizer.atexit = False
 
+    @property
+    def context_length(self) -> int:
+        """Tokens the model's context holds (prompt and answer together)."""
+        return self._model.context_length
+
     # ----- sampling -----------------------------------------------------------------------
     def sample(
         self,

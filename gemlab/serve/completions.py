@@ -80,10 +80,11 @@ class Generation:
 
 
 def context_length(client: Any, tokenizer: Any) -> int | None:
-    """The sampler's context length where it can be known (local backend, or the tokenizer's limit)."""
-    model = getattr(client, "_model", None)
-    if model is not None and hasattr(model, "context_length"):
-        return int(model.context_length)
+    """The sampler's context length where it can be known (the local backend's ``context_length``,
+    or the tokenizer's limit)."""
+    length = getattr(client, "context_length", None)
+    if isinstance(length, int):
+        return length
     limit = getattr(tokenizer, "model_max_length", None)
     return int(limit) if isinstance(limit, int) and 0 < limit < 10_000_000 else None
 

@@ -38,7 +38,7 @@ class GatedSampler:
 
     def __init__(self, client: Any) -> None:
         self.client, self.gate = client, threading.Event()
-        self._model = client._model  # the context length, as the local sampler reports it
+        self.context_length = client.context_length  # as the local sampler reports it
 
     def get_tokenizer(self) -> Any:
         return self.client.get_tokenizer()
@@ -54,7 +54,7 @@ class ScriptedSampler:
 
     def __init__(self, client: Any, text: str) -> None:
         self.client, self.text, self.calls = client, text, []
-        self._model = client._model
+        self.context_length = client.context_length
 
     def get_tokenizer(self) -> Any:
         return self.client.get_tokenizer()
