@@ -49,19 +49,23 @@ async def training_runs(server: ServerDep, tenant: TenantDep, limit: int = 20, o
     return answer(tinker_ids(await awaited(rest.list_training_runs(limit=limit, offset=offset))))
 
 
-@router.get("/training_runs/{run_id}")
-async def training_run(run_id: str, server: ServerDep, tenant: TenantDep) -> JSONResponse:
+def owned_run(run_id: str, server: Any, tenant: str) -> tuple[Any, str]:
+    """The tenant asking, and its run ``run_id`` (refused unless that run's folder is the tenant's)."""
     owner = server.registry.tenant(tenant)
     run_id = run_id_of(server.registry, run_id, owner.name)
     paths.run_folder(run_id, owner.root)
+    return owner, run_id
+
+
+@router.get("/training_runs/{run_id}")
+async def training_run(run_id: str, server: ServerDep, tenant: TenantDep) -> JSONResponse:
+    owner, run_id = owned_run(run_id, server, tenant)
     return answer(tinker_ids(await awaited(owner.rest.get_training_run(run_id))))
 
 
 @router.get("/training_runs/{run_id}/checkpoints")
 async def list_checkpoints(run_id: str, server: ServerDep, tenant: TenantDep) -> JSONResponse:
-    owner = server.registry.tenant(tenant)
-    run_id = run_id_of(server.registry, run_id, owner.name)
-    paths.run_folder(run_id, owner.root)
+    owner, run_id = owned_run(run_id, server, tenant)
     return answer(tinker_ids(await awaited(owner.rest.list_checkpoints(run_id))))
 
 
