@@ -11,13 +11,14 @@ from gemlab.config import Config, make_config
 from gemlab.datums import policy_gradient_datum, supervised_datum
 from gemlab.envs import make_envs
 from gemlab.returns import advantages, discounted_returns, rebn
-from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch, collect_episode
+from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch, collect_episode
 from gemlab.templates import TEMPLATES, get_template
 from gemlab.trainer import Trainer
 
 __all__ = [
     "Config",
     "Episode",
+    "Prompting",
     "RolloutBatch",
     "TEMPLATES",
     "Trainer",

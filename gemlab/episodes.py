@@ -254,20 +254,32 @@ def _run_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("this policy waits for something (an async sampler?): use `await play_episode(...)`")
 
 
-def llm_policy(
-    sampling_client: Any, *, tokenizer: Any, template: Template, max_tokens: int, temperature: float = 1.0, seed: int | None = None
-) -> Policy:
+@dataclass(frozen=True)
+class Prompting:
+    """How a language model is asked for an action: the template that renders an observation for
+    the tokenizer, and how many tokens it may sample at which temperature."""
+
+    tokenizer: Any
+    template: Template
+    max_tokens: int
+    temperature: float = 1.0
+
+
+def llm_policy(sampling_client: Any, prompting: Prompting, *, seed: int | None = None) -> Policy:
     """A language model as a policy for one episode: each turn renders the observation with the
     template, samples one action (turn ``i`` with seed ``derive_seed(seed, i)``) and decodes it."""
     turns = itertools.count()
+    tokenizer = prompting.tokenizer
 
     async def act(observation: str) -> Action:
-        obs_tokens = template.render(observation, tokenizer)
+        obs_tokens = prompting.template.render(observation, tokenizer)
         turn = next(turns)
         response = await sampling_client.sample(
             prompt=types.ModelInput.from_ints(obs_tokens),
             num_samples=1,
-            sampling_params=sampling_params(tokenizer, max_tokens, temperature, None if seed is None else derive_seed(seed, turn)),
+            sampling_params=sampling_params(
+                tokenizer, prompting.max_tokens, prompting.temperature, None if seed is None else derive_seed(seed, turn)
+            ),
         )
         sequence = response.sequences[0]
         return Action(
@@ -284,11 +296,8 @@ def llm_policy(
 async def collect_episode(
     sampling_client: Any,
     env: Any,
+    prompting: Prompting,
     *,
-    tokenizer: Any,
-    template: Template,
-    max_tokens: int,
-    temperature: float = 1.0,
     seed: int | None = None,
     env_index: int = 0,
     reset_seed: int | None = None,
@@ -296,29 +305,26 @@ async def collect_episode(
 ) -> Episode:
     """One episode played by a sampling client (``llm_policy``); a sampling failure raises (the
     caller decides to drop it). ``reset_seed`` resets the env with that seed."""
-    policy = llm_policy(sampling_client, tokenizer=tokenizer, template=template, max_tokens=max_tokens, temperature=temperature, seed=seed)
+    policy = llm_policy(sampling_client, prompting, seed=seed)
     return await play_episode(env, policy, reset_seed=reset_seed, env_index=env_index, group=group)
 
 
 async def collect_batch(
     sampling_client: Any,
     envs: Sequence[Any],
+    prompting: Prompting,
     *,
-    tokenizer: Any,
-    template: Template,
     min_transitions: int,
-    max_tokens: int,
-    temperature: float = 1.0,
     seed: int | None = None,
-    progress: Any = None,
-    retry_delays: Sequence[float] | None = None,
     group_size: int = 1,
+    progress: Any = None,
+    retry_delays: Sequence[float] = RETRY_DELAYS,
 ) -> RolloutBatch:
     """Play rounds of one episode per env, concurrently, until at least ``min_transitions``.
 
-    Requests go out in lockstep (``TurnRounds``), retried after each of ``retry_delays``
-    seconds (default ``RETRY_DELAYS``). An episode whose sampling still fails is dropped, as in GEM's example, but counted
-    in ``num_dropped`` with its error kept; a round in which every episode fails raises.
+    Requests go out in lockstep (``TurnRounds``), retried after each of ``retry_delays`` seconds.
+    An episode whose sampling still fails is dropped, as in GEM's example, but counted in
+    ``num_dropped`` with its error kept; a round in which every episode fails raises.
     With ``group_size`` > 1, each round resets consecutive envs in groups of that size with one
     seed per group, so a group plays one problem ``group_size`` times (GRPO's groups; the envs
     of a group must be identical copies, as ``make_envs(..., group_size=...)`` makes them).
@@ -327,42 +333,26 @@ async def collect_batch(
     batch = RolloutBatch(episodes=[])
     round_index = 0
     while batch.num_transitions < min_transitions:
-        rounds = TurnRounds(sampling_client, len(envs), RETRY_DELAYS if retry_delays is None else retry_delays)
+        rounds = TurnRounds(sampling_client, len(envs), retry_delays)
 
         async def play(index: int, env: Any) -> Episode:
+            grouped = group_size > 1
             try:
                 return await collect_episode(
                     rounds.for_env(index),
                     env,
-                    tokenizer=tokenizer,
-                    template=template,
-                    max_tokens=max_tokens,
-                    temperature=temperature,
+                    prompting,
                     seed=None if seed is None else derive_seed(seed, round_index, index),
                     env_index=index,
-                    reset_seed=None if group_size == 1 else derive_seed(seed or 0, round_index, index // group_size, 2),
-                    group=None if group_size == 1 else (round_index, index // group_size),
+                    reset_seed=derive_seed(seed or 0, round_index, index // group_size, 2) if grouped else None,
+                    group=(round_index, index // group_size) if grouped else None,
                 )
             finally:
                 rounds.finished()
 
         results = await asyncio.gather(*(play(i, env) for i, env in enumerate(envs)), return_exceptions=True)
         batch.num_retries += rounds.retries
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result  # cancellation or interrupt: not a failed sample
-        failures = [r for r in results if isinstance(r, Exception)]
-        for failure in failures:
-            if isinstance(failure, RewardError):
-                raise failure  # the env is broken: not a sampling failure to drop
-        if failures and len(failures) == len(results):
-            raise RuntimeError(f"every episode of a rollout round failed; first error: {failures[0]!r}") from failures[0]
-        for result in results:
-            if isinstance(result, BaseException):
-                batch.num_dropped += 1
-                batch.errors.append(repr(result))
-            else:
-                batch.episodes.append(result)
+        add_round(batch, results)
         if progress is not None:
             played = sum(result.num_turns for result in results if not isinstance(result, BaseException))
             if progress.total is not None and progress.n + played > progress.total:
@@ -370,3 +360,23 @@ async def collect_batch(
             progress.update(played)
         round_index += 1
     return batch
+
+
+def add_round(batch: RolloutBatch, results: Sequence[Episode | BaseException]) -> None:
+    """Add one round's episodes to ``batch`` and count its failed ones as dropped; raise when the
+    round says something is wrong beyond a failed sample (an interrupt, a broken env, no episode)."""
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result  # cancellation or interrupt: not a failed sample
+    failures = [r for r in results if isinstance(r, Exception)]
+    for failure in failures:
+        if isinstance(failure, RewardError):
+            raise failure  # the env is broken: not a sampling failure to drop
+    if failures and len(failures) == len(results):
+        raise RuntimeError(f"every episode of a rollout round failed; first error: {failures[0]!r}") from failures[0]
+    for result in results:
+        if isinstance(result, BaseException):
+            batch.num_dropped += 1
+            batch.errors.append(repr(result))
+        else:
+            batch.episodes.append(result)

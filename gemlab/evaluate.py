@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemlab.envs import make_envs
-from gemlab.episodes import Episode, collect_episode
+from gemlab.episodes import Episode, Prompting, collect_episode
 from gemlab.seeds import derive_seed
-from gemlab.templates import Template
 
 EVAL_SEED = 10_000  # far from the small seeds training runs use
 NUM_GAMES = 64
@@ -57,28 +56,22 @@ def reset_seeds(num_games: int = NUM_GAMES) -> list[int]:
 
 async def evaluate_async(
     sampling_client: Any,
-    tokenizer: Any,
+    prompting: Prompting,
     *,
     env_id: str,
-    template: Template,
-    max_tokens: int,
     num_games: int = NUM_GAMES,
-    temperature: float = 1.0,
     env_wrappers: str = "concat",
     progress: Any = None,
 ) -> EvalResult:
     """Play the ``num_games`` games of the fixed set once each with ``sampling_client``;
     ``progress``, an optional tqdm bar, advances by one as each game ends."""
-    envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers=env_wrappers, tokenizer=tokenizer)
+    envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers=env_wrappers, tokenizer=prompting.tokenizer)
 
     async def play(index: int, env: Any, reset_seed: int) -> Episode:
         episode = await collect_episode(
             sampling_client,
             env,
-            tokenizer=tokenizer,
-            template=template,
-            max_tokens=max_tokens,
-            temperature=temperature,
+            prompting,
             seed=derive_seed(EVAL_SEED, index),
             env_index=index,
             reset_seed=reset_seed,
@@ -104,8 +97,8 @@ def evaluate_trainer(trainer: Any, num_games: int = NUM_GAMES, *, progress: Any 
     async def run() -> EvalResult:
         sampler = await trainer.training_client.save_weights_and_get_sampling_client()
         return await evaluate_async(
-            sampler, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens,
-            num_games=num_games, temperature=config.temperature, env_wrappers=config.env_wrappers, progress=progress,
+            sampler, Prompting(trainer.tokenizer, trainer.template, config.max_tokens, config.temperature),
+            env_id=config.env_id, num_games=num_games, env_wrappers=config.env_wrappers, progress=progress,
         )  # fmt: skip
 
     return trainer.run_on_loop(run())

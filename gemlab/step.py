@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from gemlab.config import Config
 from gemlab.datums import policy_gradient_datum
-from gemlab.episodes import RolloutBatch, Transition, collect_batch
+from gemlab.episodes import Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.metrics import policy_metrics, rollout_metrics, staleness_metrics
 from gemlab.returns import advantages as estimate_advantages
 from gemlab.seeds import derive_seed, step_generator
@@ -176,11 +176,8 @@ async def play_batch(players: Players, index: int, sampling_client: Any) -> Roll
         return await collect_batch(
             sampling_client,
             players.envs,
-            tokenizer=players.tokenizer,
-            template=players.template,
+            Prompting(players.tokenizer, players.template, config.max_tokens, config.temperature),
             min_transitions=config.batch_size,
-            max_tokens=config.max_tokens,
-            temperature=config.temperature,
             seed=derive_seed(config.seed, index, 1),
             progress=bar,
             group_size=config.group_size,

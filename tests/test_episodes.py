@@ -7,14 +7,14 @@ import pytest
 from tinker import types
 
 from gemlab.envs import make_envs
-from gemlab.episodes import collect_batch, collect_episode, end_of_turn_ids
+from gemlab.episodes import Prompting, collect_batch, collect_episode, end_of_turn_ids
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
 
 def _play(guesses):
     env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
     sampler = ScriptedSampler(guesses)
-    episode = asyncio.run(collect_episode(sampler, env, tokenizer=TOKENIZER, template=TEMPLATE, max_tokens=16))
+    episode = asyncio.run(collect_episode(sampler, env, Prompting(TOKENIZER, TEMPLATE, max_tokens=16)))
     return env, sampler, episode
 
 
@@ -41,7 +41,7 @@ def test_invalid_format_ends_episode_with_penalty():
             return types.SampleResponse(sequences=[seq])
 
     env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
-    episode = asyncio.run(collect_episode(Rambler([]), env, tokenizer=TOKENIZER, template=TEMPLATE, max_tokens=4))
+    episode = asyncio.run(collect_episode(Rambler([]), env, Prompting(TOKENIZER, TEMPLATE, max_tokens=4)))
     assert episode.num_turns == 1
     assert episode.transitions[0].reward == pytest.approx(-0.1)
     assert not episode.won
@@ -50,7 +50,7 @@ def test_invalid_format_ends_episode_with_penalty():
 def _batch(sampler, num_env, min_transitions, **kwargs):
     envs = make_envs("game:GuessTheNumber-v0-easy", num_env, seed=1)
     return asyncio.run(
-        collect_batch(sampler, envs, tokenizer=TOKENIZER, template=TEMPLATE, min_transitions=min_transitions, max_tokens=16, **kwargs)
+        collect_batch(sampler, envs, Prompting(TOKENIZER, TEMPLATE, max_tokens=16), min_transitions=min_transitions, **kwargs)
     )
 
 

@@ -6,7 +6,7 @@ import asyncio
 import io
 
 from gemlab.envs import make_envs
-from gemlab import Trainer, make_config
+from gemlab import Prompting, Trainer, make_config
 from gemlab.evaluate import evaluate_async, evaluate_trainer, reset_seeds
 from gemlab.local import TINY, LocalServiceClient
 from gemlab.templates import get_template
@@ -34,7 +34,7 @@ def test_same_weights_same_result(tmp_path):
 
     def run():
         return asyncio.run(
-            evaluate_async(sampler, training.get_tokenizer(), env_id=ENV, template=get_template("qwen3_game"), max_tokens=8, num_games=8)
+            evaluate_async(sampler, Prompting(training.get_tokenizer(), get_template("qwen3_game"), max_tokens=8), env_id=ENV, num_games=8)
         )
 
     first, second = run(), run()
@@ -53,7 +53,7 @@ def test_a_trainer_plays_the_same_set_and_keeps_the_games(tmp_path):
         assert bar.n == 6  # one tick a game
     sampler = trainer.training_client.save_weights_and_get_sampling_client().result()
     direct = asyncio.run(
-        evaluate_async(sampler, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens, num_games=6)
+        evaluate_async(sampler, Prompting(trainer.tokenizer, trainer.template, config.max_tokens), env_id=config.env_id, num_games=6)
     )
     trainer.close()
     assert result.wins == direct.wins and result.returns == direct.returns

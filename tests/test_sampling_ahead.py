@@ -16,7 +16,7 @@ from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
 from gemlab.local import LocalServiceClient
 from gemlab.metrics import policy_metrics, rollout_metrics
-from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch
+from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.templates import get_template
 from gemlab.seeds import derive_seed
 from gemlab.step import prepare_transitions
@@ -69,8 +69,8 @@ def _compare_with_gems_loop(tmp_path):
         random.seed(derive_seed(config.seed, step))
         batch = asyncio.run(
             collect_batch(
-                sampler, envs, tokenizer=tokenizer, template=get_template(config.template), min_transitions=config.batch_size,
-                max_tokens=config.max_tokens, temperature=config.temperature, seed=derive_seed(config.seed, step, 1),
+                sampler, envs, Prompting(tokenizer, get_template(config.template), config.max_tokens, config.temperature),
+                min_transitions=config.batch_size, seed=derive_seed(config.seed, step, 1),
             )
         )  # fmt: skip
         transitions, advantages = prepare_transitions(

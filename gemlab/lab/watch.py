@@ -9,7 +9,7 @@ import chz
 from gemlab.config import Config
 from gemlab.envs import make_envs
 from gemlab.local.checkpoints import SCHEME, WEIGHTS_FILE, folder_of
-from gemlab.episodes import Episode, collect_episode
+from gemlab.episodes import Episode, Prompting, collect_episode
 from gemlab.run_folder import LOCAL_CHECKPOINTS_DIR, SavedRun
 from gemlab.templates import get_template
 
@@ -42,5 +42,5 @@ async def play_saved_policy(run: SavedRun, service_client: Any, *, seed: int = 0
     env = make_envs(config.env_id, 1, seed=seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer)[0]
     template = get_template(config.template)
     return await collect_episode(
-        sampler, env, tokenizer=tokenizer, template=template, max_tokens=config.max_tokens, temperature=config.temperature, seed=seed
+        sampler, env, Prompting(tokenizer, template, config.max_tokens, config.temperature), seed=seed
     )

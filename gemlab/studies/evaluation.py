@@ -17,20 +17,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from gemlab.episodes import Prompting
 from gemlab.evaluate import evaluate_async
 from gemlab.run_folder import atomic_write_text, read_rows, rows_text
 
 EVAL_FILE = "eval.jsonl"
 MODES = {"sampled": 1.0, "greedy": 0.0}  # mode -> temperature
-
-
-async def play_fixed_set(sampling_client: Any, tokenizer: Any, *, env_id: str, template: Any, max_tokens: int, num_games: int, temperature: float, env_wrappers: str) -> list[tuple[bool, int]]:
-    """(won, turns) of each game of the fixed set, played concurrently by ``sampling_client``."""
-    result = await evaluate_async(
-        sampling_client, tokenizer, env_id=env_id, template=template, max_tokens=max_tokens,
-        num_games=num_games, temperature=temperature, env_wrappers=env_wrappers,
-    )
-    return list(zip(result.wins, result.num_turns))
 
 
 def summarize(games: list[tuple[bool, int]]) -> dict[str, float]:
@@ -53,10 +45,9 @@ def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
         client = await trainer.training_client.save_weights_and_get_sampling_client()
         rows = []
         for mode, temperature in MODES.items():
-            games = await play_fixed_set(
-                client, trainer.tokenizer, env_id=config.env_id, template=trainer.template, max_tokens=config.max_tokens,
-                num_games=num_games, temperature=temperature, env_wrappers=config.env_wrappers,
-            )
+            prompting = Prompting(trainer.tokenizer, trainer.template, config.max_tokens, temperature)
+            result = await evaluate_async(client, prompting, env_id=config.env_id, num_games=num_games, env_wrappers=config.env_wrappers)
+            games = list(zip(result.wins, result.num_turns))
             rows.append({"step": trainer.step_index, "mode": mode, **summarize(games)})
         return rows
 

@@ -11,7 +11,7 @@ import pytest
 
 from gemlab import make_config
 from gemlab.envs import make_envs
-from gemlab.episodes import Episode, RolloutBatch, Transition, collect_batch
+from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.step import prepare_transitions
 from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, TUNING_SEEDS, Run, study_runs
 from gemlab.studies.evaluation import read_evaluations
@@ -63,7 +63,7 @@ def test_grouped_envs_play_one_problem_per_group():
     envs = make_envs("game:GuessTheNumber-v0-easy", 8, seed=3, group_size=4)
     sampler = ScriptedSampler([11])  # out of range: every game runs to its 4th turn
     batch = asyncio.run(
-        collect_batch(sampler, envs, tokenizer=TOKENIZER, template=TEMPLATE, min_transitions=64, max_tokens=8, seed=5, group_size=4)
+        collect_batch(sampler, envs, Prompting(TOKENIZER, TEMPLATE, max_tokens=8), min_transitions=64, seed=5, group_size=4)
     )
     assert [e.group for e in batch.episodes] == [(r, g) for r in range(2) for g in (0, 0, 0, 0, 1, 1, 1, 1)]
     assert len({env.unwrapped.game_number for env in envs[:4]}) == 1
