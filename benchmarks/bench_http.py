@@ -19,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -30,33 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.helpers.http_server import ServerProcess  # noqa: E402
 
-CLIENT = textwrap.dedent(
-    '''
-    import json, sys, time
-    import tinker
-    from tinker import types
-    steps = int(sys.argv[1])
-    service = tinker.ServiceClient()
-    training = service.create_lora_training_client(base_model="gemlab/tiny", rank=4).result()
-    prompt = [1, 5, 9, 13, 17, 21, 25, 29]
-    times, errors = [], 0
-    for step in range(steps):
-        start = time.perf_counter()
-        sampler = training.save_weights_and_get_sampling_client()
-        result = sampler.sample(types.ModelInput.from_ints(prompt), 8, types.SamplingParams(max_tokens=8)).result()
-        datums = []
-        for i, seq in enumerate(result.sequences):
-            tokens, n = prompt + list(seq.tokens), len(prompt) - 1
-            datums.append(types.Datum(
-                model_input=types.ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [0.0] * n + list(seq.logprobs),
-                                "advantages": [0.0] * n + [1.0 if i % 2 else -1.0] * len(seq.tokens)}))
-        training.forward_backward(datums, "importance_sampling").result()
-        training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
-        times.append(time.perf_counter() - start)
-    print(json.dumps({"times": times}))
-    '''
-)
+CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's program
 
 
 def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
@@ -89,18 +62,18 @@ def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
         print(f"  {name:11s} median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f}, n={len(values)}); "
               f"sampling {sample:.3f} s, update {train:.3f} s")
     ratio = statistics.median(times["over HTTP"]) / statistics.median(times["in-process"])
-    print(f"  ratio over HTTP / in-process: {ratio:.3f} (target <= 1.15)")
+    per_step = [h / i for h, i in zip(times["over HTTP"], times["in-process"])]
+    print(f"  ratio over HTTP / in-process: {ratio:.3f} (target <= 1.15); step by step: median {statistics.median(per_step):.3f}, "
+          f"min {min(per_step):.3f}, max {max(per_step):.3f}")
 
 
 def workshop(server: ServerProcess, clients: int, steps: int, timeout: float, workdir: Path) -> None:
     """``clients`` processes of ``steps`` RL steps each against ``server``, all at once."""
-    script = workdir / "client.py"
-    script.write_text(CLIENT)
     rss = psutil.Process(server.process.pid)
     start_rss = rss.memory_info().rss
     started = time.perf_counter()
     procs = [
-        subprocess.Popen([sys.executable, str(script), str(steps)], env=server.env(), cwd=workdir,
+        subprocess.Popen([sys.executable, str(CLIENT), str(steps)], env=server.env(), cwd=workdir,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(clients)
     ]
@@ -128,6 +101,13 @@ def workshop(server: ServerProcess, clients: int, steps: int, timeout: float, wo
     print(f"  server alive at the end: {server.alive()}")
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), for the figures' record."""
+    info = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("model name")] if info.exists() else []
+    return names[0] if names else "unknown CPU"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="laptop-preset steps measured per side")
@@ -136,6 +116,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the workshop may take")
     parser.add_argument("--skip-laptop", action="store_true")
     args = parser.parse_args()
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

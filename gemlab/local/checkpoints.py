@@ -11,6 +11,11 @@ given another. Wherever a path is taken, a plain folder path works too. A folder
   (``PeftModel.from_pretrained`` loads them onto the same base model);
 - ``gemlab.json``: base model, LoRA settings, seed and step count;
 - ``optimizer.pt``: AdamW's state (``save_state`` only).
+
+A save is written into a staging folder beside its target (``.gemlab-staging-<token>-<name>``,
+hidden, so no listing takes it for a checkpoint) and renamed into place once whole; a process
+killed mid-save leaves that staging folder, which ``recover`` finishes (whole, target missing)
+or removes (anything else). A full disk is reported as ``DiskFull`` (``OSError`` ENOSPC).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import json
 import os
 import re
 import itertools
+import logging
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +41,14 @@ KINDS = ("weights", "sampler_weights", "external")
 WEIGHTS_FILE = "adapter_model.safetensors"
 META_FILE = "gemlab.json"
 OPTIMIZER_FILE = "optimizer.pt"
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# What a checkpoint name or run id may be: a file name on any disk (200 characters leave room for
+# the staging prefix within the 255 a file name may have) that no path trick can change.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+NAME_RULE = "1-200 letters, digits, '.', '_' and '-', starting with a letter or digit"
+STAGING_PREFIX = ".gemlab-staging-"
+_STAGING = re.compile(re.escape(STAGING_PREFIX) + r"[0-9a-f]{12}-(?P<name>.+)")
+COMPLETE_FILE = ".complete"  # the last file written into a staging folder: the save is whole
+logger = logging.getLogger("gemlab.local")
 
 # Roots of the runs this process created, so their paths resolve whichever client asks, and
 # what each run is (base model, LoRA settings, user metadata), for the rest client.
@@ -74,13 +86,16 @@ def run_info(run_id: str) -> dict[str, Any] | None:
     return _run_info.get(run_id)
 
 
+def brief(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to about ``limit`` characters (a client may send a name of any length)."""
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[: limit - 20]}... ({len(shown)} characters)"
+
+
 def checkpoint_path(run_id: str, kind: str, name: str) -> str:
     """The ``local://`` path of checkpoint ``name`` of ``kind`` in run ``run_id``."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(
-            f"Checkpoint name {name!r} is not allowed: use letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit"
-        )
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ValueError(f"Checkpoint name {brief(name)} is not allowed: use {NAME_RULE}")
     return f"{SCHEME}{run_id}/{kind}/{name}"
 
 
@@ -121,6 +136,10 @@ class Checkpoint:
     optimizer: dict[str, Any] | None
 
 
+class DiskFull(OSError):
+    """A save that found the disk full (``errno.ENOSPC``); nothing of it was left behind."""
+
+
 def save(
     folder: Path,
     weights: dict[str, torch.Tensor],
@@ -129,26 +148,70 @@ def save(
     optimizer: dict[str, Any] | None = None,
     overwrite: bool = True,
 ) -> None:
-    """Write a checkpoint folder (atomically: a crash leaves the old one or none)."""
+    """Write a checkpoint folder atomically: a crash leaves the old one (or none) and at most a
+    staging folder that ``recover`` finishes or removes; a full disk raises ``DiskFull``."""
     if folder.exists() and not overwrite:
         raise FileExistsError(f"A checkpoint already exists at {folder}; pass overwrite=True to replace it")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    staging = folder.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}-{folder.name}"
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
         save_file(weights, staging / WEIGHTS_FILE)
         adapter_config.save_pretrained(staging)  # PEFT's adapter_config.json
         (staging / META_FILE).write_text(json.dumps(meta, indent=2))
         if optimizer is not None:
-            try:
-                torch.save(optimizer, staging / OPTIMIZER_FILE)
-            except RuntimeError as error:  # torch reports a failed write (a full disk) as a C++ RuntimeError
-                full = shutil.disk_usage(staging).free < 1 << 20
-                raise OSError(errno.ENOSPC if full else errno.EIO, os.strerror(errno.ENOSPC if full else errno.EIO), str(folder)) from error
+            torch.save(optimizer, staging / OPTIMIZER_FILE)
+        (staging / COMPLETE_FILE).touch()  # last: a restart may finish this save
         if folder.exists():
             shutil.rmtree(folder)
         staging.rename(folder)
+        (folder / COMPLETE_FILE).unlink()
+    except Exception as error:
+        full = disk_full(error, folder.parent)
+        if full is None:
+            raise
+        raise full from error
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how safetensors' (Rust) I/O errors name their errno
+
+
+def disk_full(error: BaseException, where: Path) -> DiskFull | None:
+    """``DiskFull`` when ``error``, raised writing under ``where``, means the disk is full: an
+    ``OSError`` ENOSPC or EDQUOT, safetensors' ``SafetensorError`` naming one, or torch's
+    ``RuntimeError`` for a failed write with under 1 MiB free; ``None`` for any other error."""
+    code = error.errno if isinstance(error, OSError) else None
+    found = _OS_ERROR.search(str(error)) if code is None else None
+    code = int(found.group(1)) if found else code
+    if code is None and isinstance(error, RuntimeError) and "writ" in str(error).lower():
+        code = errno.ENOSPC if shutil.disk_usage(where).free < 1 << 20 else None
+    if code not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return DiskFull(errno.ENOSPC, f"No space left on the disk of {where}: the checkpoint was not saved")
+
+
+def recover(root: Path) -> list[Path]:
+    """Finish or remove the staging folders that saves killed mid-way left under ``root``
+    (``<root>/<run>/<kind>/``): a whole one (``COMPLETE_FILE`` written) whose checkpoint is
+    missing becomes that checkpoint, any other is removed. Only folders named as ``save`` names
+    its staging are touched. Not for a root another live process may be saving into."""
+    finished = []
+    for staging in sorted(root.glob(f"*/*/{STAGING_PREFIX}*")):
+        match = _STAGING.fullmatch(staging.name)
+        if match is None or staging.is_symlink() or not staging.is_dir() or staging.parent.name not in KINDS:
+            continue
+        target = staging.with_name(match["name"])
+        if (staging / COMPLETE_FILE).is_file() and NAME.fullmatch(match["name"]) and not target.exists():
+            staging.rename(target)
+            (target / COMPLETE_FILE).unlink()
+            finished.append(target)
+            logger.warning(f"gemlab.local: finished the save of {target} that a stopped process left")
+        else:
+            shutil.rmtree(staging)
+            logger.warning(f"gemlab.local: removed {staging}, an unfinished save that a stopped process left")
+    return finished
 
 
 def load_meta(folder: Path) -> dict[str, Any]:

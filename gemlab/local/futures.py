@@ -12,6 +12,12 @@ Tinker's servers:
   snapshot never changes while training goes on. (An ``inflight`` sampler follows the live
   training weights, so its batches run on the training worker, in order with training.)
 
+Work is queued in *lanes* (the workshop server gives each API key its own, through ``lane``): in
+submission order within a lane, in rounds across lanes (each lane with work gives one job per
+round), so one tenant's queue of large requests holds back another's small one for at most the
+running job plus one job per other lane still due in the round. In one process with no lanes (a
+script, a notebook) everything is in one lane: plain submission order.
+
 Each worker owns its copy of a base model, so no model is ever touched by two threads. Results
 come back as Tinker's own ``AwaitableConcurrentFuture``, so ``.result()``,
 ``await f.result_async()`` and ``await f`` behave exactly as with Tinker.
@@ -20,10 +26,13 @@ come back as Tinker's own ``AwaitableConcurrentFuture``, so ``.result()``,
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
+import heapq
 import queue
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
@@ -36,27 +45,56 @@ TRAINING = "training"
 SAMPLING = "sampling"
 ROLES = (TRAINING, SAMPLING)
 
+# the lane that work submitted from this context joins (None: the one lane of a plain process)
+LANE: contextvars.ContextVar[Hashable] = contextvars.ContextVar("gemlab_local_lane", default=None)
+_BARRIER = object()  # an inbox entry of ``drain``
+_CALLERS = object()  # ``Worker.submit``'s default lane: the caller's ``LANE``
+
+
+@contextlib.contextmanager
+def lane(name: Hashable) -> Iterator[None]:
+    """Queue the work submitted inside this block (and tasks started from it) in lane ``name``."""
+    token = LANE.set(name)
+    try:
+        yield
+    finally:
+        LANE.reset(token)
+
 
 class Worker:
-    """One daemon thread that runs submitted jobs one after another, in submission order."""
+    """One daemon thread that runs submitted jobs one at a time: in submission order within a lane,
+    and in rounds across lanes, each lane with work giving one job per round.
+
+    A job's round is its lane's previous job's round plus one, or the round being run now if that
+    is later (a lane that was idle joins the current round); the lowest round runs first, ties in
+    submission order. So a job of an idle lane waits at most for the running job plus one job of
+    each other lane not yet served in this round, and a lane that keeps sending still gets one
+    turn per round."""
 
     def __init__(self, role: str = TRAINING) -> None:
         self.role = role
         # SimpleQueue: its put() is reentrant, so a client's finalizer (run by the garbage
-        # collector at any allocation, possibly inside another put) can queue work safely
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        # collector at any allocation, possibly inside another put) can queue work safely. Only
+        # the worker's thread sorts the inbox into rounds, so what follows needs no lock.
+        self._inbox: queue.SimpleQueue[tuple[Any, Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self._queued: list[tuple[int, int, Callable[[], Any], Future[Any]]] = []  # a heap by (round, seq)
+        self._last_round: dict[Hashable, int] = {}  # each lane's latest job's round
+        self._round = 0  # the round of the job running now
+        self._seq = 0
         self._thread = threading.Thread(target=self._run, name=f"gemlab-local-{role}", daemon=True)
         self._stopped = False
+        self._stopping = False  # the worker's own: ``stop``'s marker has been sorted
         self._thread.start()
 
-    def submit(self, fn: Callable[[], T]) -> Future[T]:
-        """Queue ``fn``; its result (or exception) lands in the returned future. After ``stop``
-        (interpreter exit) nothing runs: the future fails at once."""
+    def submit(self, fn: Callable[[], T], lane: Hashable = _CALLERS) -> Future[T]:
+        """Queue ``fn`` in ``lane`` (default: the caller's ``LANE``); its result (or exception)
+        lands in the returned future. After ``stop`` (interpreter exit) nothing runs: the future
+        fails at once."""
         future: Future[T] = Future()
         if self._stopped:
             future.set_exception(RuntimeError("the local backend has shut down (the interpreter is exiting)"))
             return future
-        self._jobs.put((fn, future))
+        self._inbox.put((LANE.get() if lane is _CALLERS else lane, fn, future))
         return future
 
     def on_worker_thread(self) -> bool:
@@ -64,9 +102,11 @@ class Worker:
         return threading.current_thread() is self._thread
 
     def drain(self) -> None:
-        """Block until every job queued so far has finished."""
+        """Block until every job queued so far, in every lane, has finished."""
         if self._thread.is_alive() and not self.on_worker_thread():
-            self.submit(lambda: None).result()
+            done: Future[None] = Future()
+            self._inbox.put((_BARRIER, lambda: None, done))
+            done.result()
 
     def stop(self) -> None:
         """Finish the queued jobs, then end the thread (at interpreter exit). Jobs submitted later,
@@ -75,22 +115,48 @@ class Worker:
         without an active exception")."""
         self.drain()
         self._stopped = True
-        self._jobs.put(None)
+        self._inbox.put(None)
         if not self.on_worker_thread():
             self._thread.join(timeout=30)
 
     def _run(self) -> None:
         while True:
-            item = self._jobs.get()
-            if item is None:
+            job = self._next()
+            if job is None:
                 return
-            fn, future = item
+            fn, future = job
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(fn())
                 except BaseException as exc:  # handed to whoever waits on the future
                     future.set_exception(exc)
-            del item, fn, future  # drop references before waiting for the next job
+            del job, fn, future  # drop references before waiting for the next job
+
+    def _next(self) -> tuple[Callable[[], Any], Future[Any]] | None:
+        """The next job (``None``: stop): the inbox sorted into rounds (waiting only when nothing
+        is queued), then the queued job of the lowest round, the earliest submitted of its round."""
+        while True:
+            try:
+                item = self._inbox.get(block=not self._queued and not self._stopping)
+            except queue.Empty:
+                break
+            if item is None:
+                self._stopping = True
+                continue
+            lane, fn, future = item
+            if lane is _BARRIER:  # after every job queued so far
+                job_round = max(self._last_round.values(), default=self._round) + 1
+            else:
+                job_round = max(self._round, self._last_round.get(lane, self._round - 1) + 1)
+                self._last_round[lane] = job_round
+            self._seq += 1
+            heapq.heappush(self._queued, (job_round, self._seq, fn, future))
+        if not self._queued:
+            return None
+        self._round, _, fn, future = heapq.heappop(self._queued)
+        if len(self._last_round) > 64:  # lanes idle since an earlier round would join the current one anyway
+            self._last_round = {k: r for k, r in self._last_round.items() if r >= self._round}
+        return fn, future
 
 
 _workers: dict[str, Worker] = {}
@@ -127,6 +193,7 @@ def then(first: Future[T], worker: Worker, fn: Callable[[T], C]) -> Future[C]:
     """A future of ``fn(result of first)``, run on ``worker`` once ``first`` is done (without
     blocking either worker while it waits). Cancelling it drops the result."""
     out: Future[C] = Future()
+    lane = LANE.get()  # ``fn`` joins the caller's lane, though ``start`` runs on another thread
 
     def relay(done: Future[Any]) -> None:
         if not out.set_running_or_notify_cancel():
@@ -141,7 +208,7 @@ def then(first: Future[T], worker: Worker, fn: Callable[[T], C]) -> Future[C]:
         if done.exception() is not None or out.cancelled():
             relay(done)
         else:
-            worker.submit(lambda: fn(done.result())).add_done_callback(relay)
+            worker.submit(lambda: fn(done.result()), lane).add_done_callback(relay)
 
     first.add_done_callback(start)
     return out

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from gemlab.local import kv_cache
-from gemlab.local.futures import SAMPLING, Worker, get_worker, on_a_worker_thread
+from gemlab.local.futures import LANE, SAMPLING, Worker, get_worker, on_a_worker_thread
 from gemlab.local.prefill import prefill, worth_sharing
 
 # Rows generated together at most (bounds the KV cache of big models).
@@ -162,6 +162,7 @@ class Request:
     payload: Any
     future: Future = field(default_factory=Future)
     worker: Worker | None = None  # whose model copy it runs on (None: the sampling worker)
+    lane: Any = field(default_factory=LANE.get)  # its lane on ``worker``: the submitter's
 
 
 class SampleBatcher:
@@ -219,7 +220,7 @@ class SampleBatcher:
             if worker is None or worker.on_worker_thread():
                 self._run_requests(requests)
             else:
-                worker.submit(lambda requests=requests: self._run_requests(requests))
+                worker.submit(lambda requests=requests: self._run_requests(requests), requests[0].lane)
 
     def _run_requests(self, requests: list[Request]) -> None:
         try:

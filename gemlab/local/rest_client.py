@@ -88,9 +88,8 @@ class LocalRestClient(RestClient):
         """The runs under the root (and those this process created), newest first."""
 
         def run() -> types.TrainingRunsResponse:
-            runs = sorted(
-                (self._training_run(r) for r in self._run_ids()), key=lambda r: r.last_request_time, reverse=True
-            )
+            described = (self._training_run(r) for r in self._run_ids() if checkpoints.run_info(r) or self._checkpoints(r))
+            runs = sorted(described, key=lambda r: r.last_request_time, reverse=True)
             cursor = types.Cursor(offset=offset, limit=limit, total_count=len(runs))
             return types.TrainingRunsResponse(training_runs=runs[offset : offset + limit], cursor=cursor)
 
@@ -201,18 +200,25 @@ class LocalRestClient(RestClient):
 
     # ----- helpers ------------------------------------------------------------------------------
     def _run_ids(self) -> list[str]:
-        on_disk = {p.name for p in self._root.iterdir() if p.is_dir()} if self._root.is_dir() else set()
+        """The runs under the root (folders named as run ids) and those this process made there."""
+        listed = self._root.iterdir() if self._root.is_dir() else ()
+        on_disk = {p.name for p in listed if p.is_dir() and checkpoints.NAME.fullmatch(p.name)}
         mine = {r for r in checkpoints._run_roots if checkpoints._run_roots[r] == self._root}
         return sorted(on_disk | mine)
 
     def _checkpoints(self, run_id: str) -> list[types.Checkpoint]:
+        """Run ``run_id``'s whole checkpoints: staging folders, stray files and folders with no
+        weights or unreadable metadata are not checkpoints, so a crashed save never breaks a listing."""
         run = checkpoints.run_folder(run_id, self._root)
         found = []
         for kind, checkpoint_type in CHECKPOINT_TYPES.items():
             for folder in sorted((run / kind).glob("*")):
-                if not (folder / checkpoints.WEIGHTS_FILE).is_file():
+                if not checkpoints.NAME.fullmatch(folder.name) or not (folder / checkpoints.WEIGHTS_FILE).is_file():
                     continue
-                meta = checkpoints.load_meta(folder)
+                try:
+                    meta = checkpoints.load_meta(folder)
+                except (OSError, ValueError):  # no gemlab.json, or one cut short
+                    continue
                 found.append(
                     types.Checkpoint(
                         checkpoint_id=f"{kind}/{folder.name}",

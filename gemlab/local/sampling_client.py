@@ -87,6 +87,11 @@ class LocalSamplingClient(SamplingClient):
         """Tokens the model's context holds (prompt and answer together)."""
         return self._model.context_length
 
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the model takes: ``0 .. vocab_size - 1``."""
+        return self._model.vocab_size
+
     # ----- sampling -----------------------------------------------------------------------
     def sample(
         self,

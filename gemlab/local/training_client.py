@@ -362,6 +362,16 @@ class LocalTrainingClient(TrainingClient):
         """The local model's tokenizer (the one these token ids belong to)."""
         return self._model.tokenizer
 
+    @property
+    def context_length(self) -> int:
+        """Tokens the model's context holds: the longest ``model_input`` a datum may have."""
+        return self._model.context_length
+
+    @property
+    def vocab_size(self) -> int:
+        """Token ids the model takes: ``0 .. vocab_size - 1``."""
+        return self._model.vocab_size
+
     def get_console_url(self) -> str:
         """Where this run's checkpoints are saved (there is no web console locally)."""
         return (self._root / self._run_id).as_uri()

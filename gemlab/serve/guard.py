@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,11 +78,16 @@ async def refuse(scope: Scope, receive: Receive, send: Send, error: OpenAIError,
     await response(scope, receive, send)
 
 
-def _host_name(host_header: str) -> str:
-    """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``::1``."""
-    if host_header.startswith("["):
-        return host_header[1:].split("]", 1)[0]
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+# a Host header (RFC 9110 7.2): a name or IPv4 address, or an IPv6 address in brackets, then an
+# optional port of digits; anything else (``127.0.0.1:evil.example.com``) is no host of ours
+_HOST = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::[0-9]{1,5})?")
+
+
+def _host_name(host_header: str) -> str | None:
+    """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``::1``; ``None`` for a header
+    that is not ``host[:port]``."""
+    found = _HOST.fullmatch(host_header)
+    return None if found is None else (found["ipv6"] or found["name"])
 
 
 class Guard:
@@ -96,7 +102,8 @@ class Guard:
             return
         limits, headers = self.limits, Headers(scope=scope)
         host = headers.get("host")
-        if limits.allowed_hosts is not None and (host is None or _host_name(host).lower() not in limits.allowed_hosts):
+        name = _host_name(host) if host is not None else None
+        if limits.allowed_hosts is not None and (name is None or name.lower() not in limits.allowed_hosts):
             message = f"Host header {host!r} is not this server's (allowed: {', '.join(limits.allowed_hosts)})"
             await refuse(scope, receive, send, OpenAIError(400, message, code="invalid_host"))
             return

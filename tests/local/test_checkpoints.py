@@ -3,7 +3,13 @@ samplers, paths, and determinism given the seed."""
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -11,7 +17,7 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import TINY, LocalServiceClient, checkpoints
+from gemlab.local import TINY, LocalRestClient, LocalServiceClient, checkpoints
 from gemlab.tiny import registry
 from tests.helpers.local import nudge, rl_datum, sft_datum, weights
 
@@ -162,3 +168,146 @@ def test_copy_weights_and_close(service, training, prompt):
     scored = [s.compute_logprobs(types.ModelInput.from_ints(prompt)).result() for s in samplers]
     assert scored[0] == scored[1]
     assert service.close("success").result() is None
+
+
+# ----- crashes and full disks -----------------------------------------------------------------
+# A process that saves "kept", then is killed (SIGKILL, so no clean-up runs) at the last step of
+# saving "whole" (every file written, the rename into place not done) and, in a second run, while
+# "partial" is half written (its weights on disk, the optimizer state not).
+CRASH = """
+import os, signal, sys, torch
+from pathlib import Path
+from gemlab.local import TINY, LocalServiceClient, checkpoints
+root, where = Path(sys.argv[1]), sys.argv[2]
+training = LocalServiceClient(device="cpu", root=root).create_lora_training_client(base_model=TINY, rank=4, seed=0).result()
+die = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+if where == "rename":
+    training.save_state("kept").result()
+    Path.rename = die
+    training.save_state("whole").result()
+else:
+    torch.save = die
+    training.save_state("partial").result()
+"""
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory) -> Path:
+    """A checkpoint root as two killed saving processes left it (see ``CRASH``)."""
+    root = tmp_path_factory.mktemp("crashed")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "GEMLAB_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    for where in ("rename", "torch.save"):
+        done = subprocess.run([sys.executable, "-c", CRASH, str(root), where], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    return root
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Hidden folders beside the checkpoints: what a killed save leaves."""
+    return sorted(p for p in root.glob("*/*/.*") if p.is_dir())
+
+
+def listed(rest: LocalRestClient) -> list[str]:
+    return sorted(c.checkpoint_id for c in rest.list_user_checkpoints().result().checkpoints)
+
+
+@pytest.mark.slow
+def test_a_save_killed_midway_never_breaks_a_listing(crashed: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(crashed, root, symlinks=True)
+    assert len(leftovers(root)) == 2  # what the issue saw: a hidden, complete staging folder (and a partial one)
+    rest = LocalRestClient(root=root)
+    assert listed(rest) == ["weights/kept"]
+    runs = rest.list_training_runs().result().training_runs
+    assert [len(rest.list_checkpoints(r.training_run_id).result().checkpoints) for r in runs] == [1]
+
+
+@pytest.mark.slow
+def test_a_restart_finishes_a_whole_save_and_removes_a_partial_one(crashed: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(crashed, root, symlinks=True)
+    ours_not = root / "not-gemlabs"
+    (ours_not / "weights" / ".someone-elses").mkdir(parents=True)  # hidden, but not named as gemlab's staging
+    finished = checkpoints.recover(root)
+    assert [p.name for p in finished] == ["whole"]
+    assert leftovers(root) == [ours_not / "weights" / ".someone-elses"]
+    assert listed(LocalRestClient(root=root)) == ["weights/kept", "weights/whole"]
+    whole = checkpoints.load(finished[0])
+    assert whole.optimizer is not None and whole.weights and set(whole.meta) >= {"base_model", "lora"}
+    assert sorted(p.name for p in finished[0].iterdir()) == sorted(p.name for p in finished[0].parent.joinpath("kept").iterdir())
+    assert checkpoints.recover(root) == []  # nothing left to do
+
+
+@pytest.mark.slow
+def test_a_restarted_server_lists_the_keys_checkpoints_after_a_killed_save(crashed: Path, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from gemlab.local.http import make_app
+    from gemlab.local.http.keys import tenant_of
+
+    key = "tml-" + "0123456789" * 4
+    shutil.copytree(crashed, tmp_path / "data" / "tenants" / tenant_of(key), symlinks=True)
+    with TestClient(make_app(tmp_path / "data", [key], device="cpu"), headers={"X-API-Key": key}) as client:
+        mine = client.get("/api/v1/checkpoints")
+        assert mine.status_code == 200, mine.text
+        assert sorted(c["checkpoint_id"] for c in mine.json()["checkpoints"]) == ["weights/kept", "weights/whole"]
+        runs = client.get("/api/v1/training_runs")
+        assert runs.status_code == 200 and len(runs.json()["training_runs"]) == 1
+        run_id = runs.json()["training_runs"][0]["training_run_id"]
+        assert client.get(f"/api/v1/training_runs/{run_id}/checkpoints").status_code == 200
+
+
+FULL = "Error while serializing: I/O error: No space left on device (os error 28)"  # safetensors' words for ENOSPC
+
+
+def no_space(*args, **kwargs):
+    from safetensors import SafetensorError
+
+    raise SafetensorError(FULL)
+
+
+def test_a_full_disk_is_reported_as_such_and_leaves_nothing(training, monkeypatch) -> None:
+    monkeypatch.setattr(checkpoints, "save_file", no_space)
+    with pytest.raises(OSError, match="No space left") as failed:
+        training.save_state("full").result()
+    assert failed.value.errno == errno.ENOSPC
+    run = checkpoints.run_folder(training.get_info().model_id)
+    assert not list(run.glob("*/*full*")) and not list(run.glob("*/.*"))
+
+    def full_json(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.undo()
+    monkeypatch.setattr(Path, "write_text", full_json)  # the metadata file, after the weights
+    with pytest.raises(OSError, match="No space left"):
+        training.save_weights_for_sampler("full").result()
+    assert not list(run.glob("*/*full*")) and not list(run.glob("*/.*"))
+
+
+def test_a_full_disk_over_http_is_one_line_in_the_answer_and_the_log(tmp_path: Path, monkeypatch, caplog) -> None:
+    from fastapi.testclient import TestClient
+
+    from gemlab.local.http import make_app
+
+    key = "tml-" + "0123456789" * 4
+    with TestClient(make_app(tmp_path, [key], device="cpu"), headers={"X-API-Key": key}) as client:
+        session = client.post("/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "t"}).json()["session_id"]
+        made = client.post("/api/v1/create_model", json={"session_id": session, "model_seq_id": 0, "base_model": TINY, "lora_config": {"rank": 4}}).json()
+        assert poll(client, made["request_id"])["model_id"] == made["model_id"]
+        monkeypatch.setattr(checkpoints, "save_file", no_space)
+        with caplog.at_level(logging.ERROR, logger="gemlab.local.http"):
+            for route in ("save_weights", "save_weights_for_sampler"):
+                saved = client.post(f"/api/v1/{route}", json={"model_id": made["model_id"], "path": "full"}).json()
+                answer = poll(client, saved["request_id"])
+                assert answer["category"] == "server" and "disk is full" in answer["error"], answer
+                assert "\n" not in answer["error"] and "SafetensorError" not in answer["error"]
+        logged = [r for r in caplog.records if r.name == "gemlab.local.http" and "No space left" in r.getMessage()]
+        assert len(logged) == 2 and all(r.exc_info is None for r in logged)
+        assert client.get("/api/v1/checkpoints").json()["checkpoints"] == []
+
+
+def poll(client, request_id: str) -> dict:
+    while True:
+        answer = client.post("/api/v1/retrieve_future", json={"request_id": request_id}).json()
+        if answer.get("type") != "try_again":
+            return answer

@@ -1,5 +1,6 @@
 """Sampling and training run on separate workers: sampling never waits behind training, each
-training client's requests keep their order, and a snapshot sampler never changes."""
+training client's requests keep their order, a snapshot sampler never changes, and a worker's
+lanes take turns (round-robin) while each keeps its own order."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 from tinker import types
 
 from gemlab.step import adam_params
-from gemlab.local.futures import SAMPLING, TRAINING, get_worker
+from gemlab.local.futures import SAMPLING, TRAINING, Worker, get_worker, lane, then
 from tests.helpers.local import nudge, sft_datum
 
 
@@ -72,3 +73,85 @@ def test_a_cancelled_wait_does_not_stall_the_batch_it_was_in(training, prompt):
         return await asyncio.wait_for(asyncio.gather(*tasks[1:]), timeout=30)
 
     assert all(r.sequences for r in asyncio.run(main()))
+
+
+def run_blocked(worker: Worker, submit) -> list:
+    """The order in which the jobs ``submit(worker, record)`` queues run, all queued while the
+    worker is held by a first job (so none starts before every one is queued)."""
+    release, ran = threading.Event(), []
+    held = worker.submit(lambda: release.wait(60))
+    futures = submit(worker, ran.append)
+    release.set()
+    held.result(timeout=30)
+    for future in futures:
+        future.result(timeout=30)
+    return ran
+
+
+def test_lanes_take_turns_and_each_keeps_its_order():
+    worker = Worker("lanes-test")
+
+    def submit(worker, record):
+        queued = [worker.submit(lambda i=i: record(("big", i)), "alice") for i in range(4)]
+        queued.append(worker.submit(lambda: record(("small", 0)), "bob"))
+        with lane("carol"):  # the caller's lane, as the workshop server's door sets it
+            queued += [worker.submit(lambda i=i: record(("carol", i))) for i in range(2)]
+        return queued
+
+    ran = run_blocked(worker, submit)
+    # bob's one job waits for one of alice's, not all four; carol's come in turn, in order
+    assert ran == [("big", 0), ("small", 0), ("carol", 0), ("big", 1), ("carol", 1), ("big", 2), ("big", 3)]
+    worker.stop()
+
+
+def test_a_lane_that_was_idle_goes_before_the_next_turn_of_a_busy_one():
+    worker = Worker("rounds-test")
+    started, release, ran = threading.Event(), threading.Event(), []
+    running = worker.submit(lambda: (ran.append("big 0"), started.set(), release.wait(60)), "alice")
+    assert started.wait(30)  # alice has had her turn in this round
+    queued = [worker.submit(lambda i=i: ran.append(f"big {i}"), "alice") for i in range(1, 4)]
+    queued.append(worker.submit(lambda: ran.append("small"), "bob"))  # sent while big 0 runs
+    release.set()
+    for future in [running, *queued]:
+        future.result(timeout=30)
+    # bob waits for the running job only: he has not had his turn in this round, alice has
+    assert ran == ["big 0", "small", "big 1", "big 2", "big 3"]
+    worker.stop()
+
+
+def test_one_lane_is_plain_submission_order_and_drain_waits_for_every_lane():
+    worker = Worker("fifo-test")
+    ran = run_blocked(worker, lambda w, record: [w.submit(lambda i=i: record(i)) for i in range(6)])
+    assert ran == list(range(6))
+    release, done = threading.Event(), []
+    worker.submit(lambda: release.wait(60), "alice")
+    for name in ("alice", "bob", "carol"):
+        worker.submit(lambda name=name: done.append(name), name)
+    drained = threading.Thread(target=worker.drain)
+    drained.start()
+    release.set()
+    drained.join(timeout=30)
+    assert not drained.is_alive() and sorted(done) == ["alice", "bob", "carol"]
+    worker.stop()
+    assert worker.submit(lambda: 1).exception() is not None  # refused after stop
+
+
+def test_chained_work_keeps_the_lane_it_was_asked_in():
+    first, second = Worker("first-test"), Worker("second-test")
+    open_first, open_second, ran = threading.Event(), threading.Event(), []
+    gate = first.submit(lambda: open_first.wait(60))
+    held = second.submit(lambda: open_second.wait(60))
+    queued = [second.submit(lambda i=i: ran.append(("alice", i)), "alice") for i in range(2)]
+    queued.append(second.submit(lambda: ran.append(("bob", "before")), "bob"))
+    with lane("bob"):
+        queued.append(then(gate, second, lambda _: ran.append(("bob", "chained"))))
+    open_first.set()
+    first.drain()  # ``gate``'s callback, on first's thread, has queued the chained job on second
+    open_second.set()
+    held.result(timeout=30)
+    for future in queued:
+        future.result(timeout=30)
+    # queued from first's thread, the chained job still joins bob's lane, behind bob's own job
+    assert ran == [("alice", 0), ("bob", "before"), ("alice", 1), ("bob", "chained")]
+    first.stop()
+    second.stop()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -18,18 +17,7 @@ from gemlab.local.http.gate import SampleGate
 from gemlab.local.http.registry import SESSION_TTL_S, Registry
 from gemlab.local.http.routes import sessions
 from gemlab.local.http.state import Limits, Server, tenant
-
-KEY = "tml-" + "0123456789" * 4
-NEW_SESSION = {"tags": [], "user_metadata": {}, "sdk_version": "test"}
-
-
-def result(client: TestClient, request_id: str) -> Any:
-    """The answer of a queued request, polled as the SDK polls it."""
-    while True:
-        answer = client.post("/api/v1/retrieve_future", json={"request_id": request_id})
-        assert answer.status_code == 200, answer.text
-        if answer.json().get("type") != "try_again":
-            return answer.json()
+from tests.helpers.http_app import KEY, NEW_SESSION, result
 
 
 def test_a_router_serves_alone_given_its_state_and_tenant(tmp_path: Path) -> None:
@@ -46,7 +34,7 @@ def test_a_router_serves_alone_given_its_state_and_tenant(tmp_path: Path) -> Non
         assert client.post("/api/v1/session_heartbeat", json={"session_id": session_id}).status_code == 200
         assert client.post("/api/v1/client/config").json()["proto_compress_fwdbwd"] is False
         assert client.post(f"/api/v1/sessions/{session_id}/finish").status_code == 204
-    assert registry.sessions[session_id].last_seen == 0.0  # left for the next sweep
+    assert session_id not in registry.sessions  # finished: closed at once
 
 
 def test_the_lifespan_sweeps_expired_sessions_while_the_app_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,10 @@ trains and samples here.
 ``app.py`` assembles the app; ``routes/`` has the routes (one router per concern, module-level
 handlers), ``state.py`` what they are handed (the server, the caller's tenant), ``replies.py`` how
 they read and answer, ``registry.py`` what the server holds between requests, ``wire.py`` the
-protobuf payloads, ``paths.py`` tinker:// paths, ``keys.py`` the keys, ``guard.py`` the key check
-and body limit, ``errors.py`` the error shape. See ``docs/workshop-server.md``.
+protobuf payloads, ``validate.py`` the checks every request passes before anything is allocated
+or queued for it, ``served.py`` the model names it serves, ``paths.py`` tinker:// paths, ``keys.py``
+the keys, ``gate.py`` the batching of a session's sampling requests, ``guard.py`` the key check, body
+limit, read timeout and each key's lane on the workers, ``errors.py`` the error shape. See ``docs/workshop-server.md``.
 """
 
 from gemlab.local.http.app import make_app

@@ -1,10 +1,21 @@
 """``python -m gemlab.local.http``: serve Tinker's HTTP API on this machine.
 
     python -m gemlab.local.http [--port 8000] [--data-dir DIR] [--keys N] [--host 127.0.0.1]
+                                [--models-per-key 16] [--samplers-per-key 16] [--queue-per-key 64]
+                                [--results-per-key 128]
+                                [--held-mb-per-key 128] [--result-ttl 300] [--read-timeout 60]
     python -m gemlab.local.http tokenizer Qwen/Qwen3-4B-Instruct-2507   # once per client machine
 
 Clients set ``TINKER_BASE_URL`` and ``TINKER_API_KEY`` to what the server prints and run any Tinker
 program unchanged (with ``HF_HUB_OFFLINE=1`` for tokenizers installed by the second command).
+
+Keys share the machine fairly: the backend's workers take one request from each key in turn, so
+a request waits at most for the one running plus one per other key with work queued. Each key is
+bounded (the defaults suit a room of 30 on one machine): training runs open (beyond it 403, which
+the SDK does not retry), samplers kept (beyond it the least recently used is dropped: an RL loop
+makes one per step), requests queued, results nobody fetched and the request bytes they hold
+(beyond these 429, which the SDK retries with backoff); an unfetched result is dropped after
+``--result-ttl`` seconds, and a request body must arrive within ``--read-timeout`` seconds (408).
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ import socket
 import sys
 from pathlib import Path
 
+from gemlab.local.http.registry import Quotas
 from gemlab.local.http.state import Limits
 
 DEFAULT_DATA = Path.home() / ".cache" / "gemlab" / "tinker-server"
@@ -32,6 +44,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=Limits.max_tokens, help="largest max_tokens a sample may ask")
     parser.add_argument("--max-body-mb", type=float, default=Limits.max_body / 2**20, help="largest request body")
     parser.add_argument("--max-queue", type=int, default=Limits.max_pending, help="requests queued before 'busy'")
+    quotas = parser.add_argument_group("per key (one attendee)")
+    quotas.add_argument("--models-per-key", type=int, default=Quotas.models, help="training runs open at once (403 beyond)")
+    quotas.add_argument(
+        "--samplers-per-key", type=int, default=Quotas.samplers, help="samplers kept; beyond it the least recently used goes"
+    )
+    quotas.add_argument("--queue-per-key", type=int, default=Quotas.queued, help="requests queued at once (429 beyond)")
+    quotas.add_argument("--results-per-key", type=int, default=Quotas.results, help="finished results not yet fetched (429 beyond)")
+    quotas.add_argument(
+        "--held-mb-per-key", type=float, default=Quotas.held_bytes / 2**20, help="request MiB queued or awaiting fetch (429 beyond)"
+    )
+    quotas.add_argument("--result-ttl", type=float, default=Quotas.result_ttl_s, help="seconds an unfetched result is kept")
+    parser.add_argument(
+        "--read-timeout", type=float, default=Limits.body_timeout_s, help="seconds a request body may take to arrive (408 beyond)"
+    )
     return parser.parse_args(argv)
 
 
@@ -55,8 +81,13 @@ def serve(args: argparse.Namespace) -> None:
     from gemlab.local.http.app import make_app
     from gemlab.local.http.keys import load_or_create
 
-    if args.keys < 1 or args.max_tokens < 1 or args.max_queue < 1 or args.max_body_mb <= 0:
-        sys.exit("--keys, --max-tokens, --max-queue and --max-body-mb must be positive")
+    sizes = (args.keys, args.max_tokens, args.max_queue, args.models_per_key, args.samplers_per_key, args.queue_per_key, args.results_per_key)
+    times = (args.max_body_mb, args.held_mb_per_key, args.result_ttl, args.read_timeout)
+    if min(sizes) < 1 or min(times) <= 0:
+        sys.exit(
+            "--keys, --max-tokens, --max-queue, --models-per-key, --samplers-per-key, --queue-per-key, --results-per-key, "
+            "--max-body-mb, --held-mb-per-key, --result-ttl and --read-timeout must be positive"
+        )
     try:
         loopback = ipaddress.ip_address(args.host).is_loopback
     except ValueError:
@@ -70,6 +101,15 @@ def serve(args: argparse.Namespace) -> None:
         max_tokens=args.max_tokens,
         max_pending=args.max_queue,
         max_pending_per_session=min(Limits.max_pending_per_session, args.max_queue),
+        body_timeout_s=args.read_timeout,
+        quotas=Quotas(
+            models=args.models_per_key,
+            samplers=args.samplers_per_key,
+            queued=args.queue_per_key,
+            results=args.results_per_key,
+            held_bytes=int(args.held_mb_per_key * 2**20),
+            result_ttl_s=args.result_ttl,
+        ),
     )
     app = make_app(data_dir, keys, limits, compress=not args.no_zstd, device=args.device)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
+from gemlab.local import checkpoints
 from gemlab.local.http.errors import EXCEPTION_HANDLERS
 from gemlab.local.http.gate import SampleGate
 from gemlab.local.http.guard import Guard
@@ -28,9 +29,12 @@ SWEEP_S = 30.0  # how often expired sessions and old results are dropped
 
 
 def make_app(data_dir: Path, keys: list[str], limits: Limits | None = None, compress: bool = True, device: str | None = None) -> FastAPI:
-    """The ASGI app: Tinker's routes behind the key and body-size guard, its state on ``app.state.server``."""
+    """The ASGI app: Tinker's routes behind the key and body-size guard, its state on ``app.state.server``.
+    Saves that a stopped server left half done in ``data_dir`` are finished or removed first."""
+    for tenant_root in sorted((data_dir / "tenants").glob("*")):
+        checkpoints.recover(tenant_root)
     limits = limits or Limits()
-    registry = Registry(data_dir, limits.max_pending, limits.max_pending_per_session, device)
+    registry = Registry(data_dir, limits.max_pending, limits.max_pending_per_session, device, limits.quotas)
     app = FastAPI(
         title="gemlab local Tinker server",
         docs_url=None,
@@ -42,7 +46,7 @@ def make_app(data_dir: Path, keys: list[str], limits: Limits | None = None, comp
     app.state.server = Server(registry, SampleGate(), limits, compress)
     for router in ROUTERS:
         app.include_router(router)
-    app.add_middleware(Guard, keys=KeyRing(keys), max_body=limits.max_body)
+    app.add_middleware(Guard, keys=KeyRing(keys), max_body=limits.max_body, body_timeout_s=limits.body_timeout_s)
     return app
 
 

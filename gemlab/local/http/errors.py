@@ -6,6 +6,9 @@ speaks the error format its clients parse, so the two shapes stay apart on purpo
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import pydantic
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -13,8 +16,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from tinker import TinkerError
 
+from gemlab.local.checkpoints import DiskFull
 from gemlab.local.http.paths import CheckpointNotFound
-from gemlab.local.http.registry import Busy, NotFound
+from gemlab.local.http.registry import Busy, NotFound, QuotaExceeded
 
 
 class Unauthorized(Exception):
@@ -25,6 +29,12 @@ class TooLarge(ValueError):
     """A request body over the server's limit."""
 
 
+class TooSlow(Exception):
+    """A request body that did not arrive within the server's read timeout."""
+
+
+logger = logging.getLogger("gemlab.local.http")
+DISK_FULL = "the server's disk is full: nothing was saved; ask the instructor to free space, then save again"
 USER_ERRORS = (ValueError, TypeError, NotImplementedError, KeyError, FileNotFoundError, FileExistsError, TinkerError)
 
 
@@ -43,6 +53,12 @@ def status_and_message(exc: BaseException) -> tuple[int, str, str]:
         return 404, str(exc), "user"
     if isinstance(exc, Busy):
         return 429, str(exc), "server"
+    if isinstance(exc, QuotaExceeded):  # a cap, not a rate: 403, which the SDK does not retry
+        return 403, str(exc), "user"
+    if isinstance(exc, TooSlow):
+        return 408, str(exc), "user"
+    if isinstance(exc, DiskFull):
+        return 507, DISK_FULL, "server"
     if isinstance(exc, pydantic.ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
@@ -50,6 +66,17 @@ def status_and_message(exc: BaseException) -> tuple[int, str, str]:
     if isinstance(exc, USER_ERRORS):
         return 400, one_line(exc), "user"
     return 500, f"internal error ({type(exc).__name__}); the server log has the details", "server"
+
+
+def logged(exc: BaseException, what: str) -> tuple[int, str, str]:
+    """``status_and_message`` of ``exc``, the failure of ``what``, with a line in the server log for
+    a server-side failure (a full disk in one line, anything unexpected with its traceback)."""
+    status, message, category = status_and_message(exc)
+    if isinstance(exc, DiskFull):
+        logger.error("%s failed: %s", what, exc.strerror)
+    elif status >= 500 and not isinstance(exc, asyncio.CancelledError):  # cancelled: the client asked
+        logger.error("%s failed", what, exc_info=exc)
+    return status, message, category
 
 
 def one_line(exc: BaseException) -> str:
@@ -61,7 +88,9 @@ async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse
     """A path or query parameter FastAPI could not parse, in Tinker's shape."""
     first = exc.errors()[0] if exc.errors() else {}
     where = ".".join(str(part) for part in first.get("loc", ()))
-    return JSONResponse(error_body(f"invalid request: {where}: {first.get('msg')}"), status_code=422)
+    message = f"invalid request: {where}: {first.get('msg')}"
+    logger.warning("%s %s: 422 %s", request.method, request.url.path, message[:300])
+    return JSONResponse(error_body(message), status_code=422)
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -1,6 +1,9 @@
-"""The door of the server (an ASGI middleware): the key, the body size, and every error as
-Tinker's error JSON. Requests pass only with a key the server made (``X-API-Key``, as the SDK
-sends it); bodies over the limit are refused while they stream in.
+"""The door of the server (an ASGI middleware): the key, the body size and read time, the key's
+lane, and every error as Tinker's error JSON. Requests pass only with a key the server made
+(``X-API-Key``, as the SDK sends it); bodies over the limit are refused while they stream in, and
+a body not all there ``body_timeout_s`` after its request began is answered 408 (a client that
+dribbles its body holds nothing for long; the SDK retries 408). Everything a request queues on the
+local backend's workers goes in its key's lane (``futures.lane``), so keys take turns there.
 
 ``gemlab/serve/guard.py`` is the OpenAI endpoint's door, built the same way (a pure ASGI
 middleware added with ``app.add_middleware``, headers read with Starlette's ``Headers``, refusals
@@ -17,26 +20,31 @@ line.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
-from gemlab.local.http.errors import TooLarge, Unauthorized, error_body, status_and_message
+from gemlab.local.futures import lane
+from gemlab.local.http.errors import TooLarge, TooSlow, Unauthorized, error_body, status_and_message
 from gemlab.local.http.keys import KeyRing
+from gemlab.local.http.registry import REQUEST_BYTES
 
 logger = logging.getLogger("gemlab.local.http")
 OPEN_PATHS = ("/api/v1/healthz",)
 
 
 class Guard:
-    """Checks the key and body size of every request and answers any exception in Tinker's shape."""
+    """Checks the key, body size and body read time of every request, queues its work in its key's
+    lane, and answers any exception in Tinker's shape."""
 
-    def __init__(self, app: Any, keys: KeyRing, max_body: int):
+    def __init__(self, app: Any, keys: KeyRing, max_body: int, body_timeout_s: float = 60.0):
         self.app = app
         self.keys = keys
         self.max_body = max_body
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -58,23 +66,43 @@ class Guard:
             length = headers.get("content-length")
             if length is not None and (not length.isdigit() or int(length) > self.max_body):
                 raise TooLarge(f"request body of {length} bytes is over the server's limit of {self.max_body} bytes")
-            await self.app(scope, self._bounded(receive), send_tracking)
+            counted = REQUEST_BYTES.set(0)
+            try:
+                with lane(tenant):
+                    await self.app(scope, self._bounded(receive), send_tracking)
+            finally:
+                REQUEST_BYTES.reset(counted)
         except Exception as exc:  # every failure becomes Tinker's error JSON
             status, message, category = status_and_message(exc)
             if status >= 500:
                 logger.exception("error serving %s %s", scope.get("method"), scope.get("path"))
+            else:  # a refused request: one line, never a traceback
+                logger.warning("%s %s: %d %s", scope.get("method"), scope.get("path"), status, message[:300])
             if started:
                 return  # the response is on its way; nothing more can be said on this connection
             await JSONResponse(error_body(message, category), status_code=status)(scope, receive, send)
 
     def _bounded(self, receive: Any) -> Any:
-        seen = 0
+        """``receive``, refusing a body over ``max_body`` bytes or still arriving ``body_timeout_s``
+        after the request began; it counts the body's bytes in ``REQUEST_BYTES``."""
+        seen, complete = 0, False
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
 
         async def bounded_receive() -> dict:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:  # the body is in: what comes now is a disconnect, whenever it comes
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise TooSlow(
+                    f"the request body did not arrive within {self.body_timeout_s:g} s (the server's read timeout)"
+                ) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                REQUEST_BYTES.set(seen)
+                complete = not message.get("more_body", False)
                 if seen > self.max_body:
                     raise TooLarge(f"request body is over the server's limit of {self.max_body} bytes")
             return message

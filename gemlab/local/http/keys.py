@@ -29,11 +29,21 @@ def load_or_create(data_dir: Path, count: int) -> list[str]:
     if len(keys) < count:
         keys += [f"tml-{secrets.token_hex(20)}" for _ in range(count - len(keys))]
         data_dir.mkdir(parents=True, exist_ok=True)
-        staging = path.with_suffix(".tmp")
-        staging.write_text(json.dumps({"keys": keys}, indent=2))
-        os.chmod(staging, 0o600)
-        staging.replace(path)
+        _write_private(path, json.dumps({"keys": keys}, indent=2))
     return keys
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``, readable by this user only from its first byte: the staging
+    file is made new with mode 0600 whatever the umask (a stale one of ours is dropped first, and a
+    link planted under its name is never followed), then renamed into place."""
+    staging = path.with_suffix(".tmp")
+    staging.unlink(missing_ok=True)
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    os.fchmod(fd, 0o600)  # the umask may narrow O_CREAT's mode (never widen it); this pins it
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    staging.replace(path)
 
 
 class KeyRing:

@@ -3,21 +3,22 @@
 The SDK speaks ``tinker://<run_id>/<kind>/<name>`` (kind ``weights``, ``sampler_weights`` or
 ``external_weights``); the local backend writes ``local://<run_id>/<kind>/<name>`` under its root.
 Each tenant has its own root, and a tinker path resolves only inside the caller's root, so a
-key can never reach another key's checkpoints, whatever path it sends.
+key can never reach another key's checkpoints, whatever path it sends. Every client string that
+names something on disk (run id, checkpoint name) must match one rule, ``checkpoints.NAME``
+(letters, digits, '.', '_', '-', at most 200): what it allows, not a list of what it refuses.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-from gemlab.local.checkpoints import SCHEME, WEIGHTS_FILE, load_meta
+from gemlab.local.checkpoints import NAME, NAME_RULE, SCHEME, WEIGHTS_FILE, brief, load_meta
 
 TINKER = "tinker://"
 # Tinker's path segment -> the local backend's folder kind
 KINDS = {"weights": "weights", "sampler_weights": "sampler_weights", "external_weights": "external"}
-_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_SEGMENT = NAME  # a run id or checkpoint name: the one rule for a client string that becomes a folder
 
 
 class CheckpointNotFound(LookupError):
@@ -29,7 +30,8 @@ def split(tinker_path: Any) -> tuple[str, str, str]:
     parts = tinker_path[len(TINKER) :].split("/") if isinstance(tinker_path, str) and tinker_path.startswith(TINKER) else []
     if len(parts) != 3 or parts[1] not in KINDS or not all(_SEGMENT.fullmatch(p) for p in (parts[0], parts[2])):
         raise ValueError(
-            f"{tinker_path!r} is not a checkpoint path: expected tinker://<run_id>/<{'|'.join(KINDS)}>/<name>"
+            f"{brief(tinker_path)} is not a checkpoint path: expected tinker://<run_id>/<{'|'.join(KINDS)}>/<name>, "
+            f"run id and name each {NAME_RULE}"
         )
     return parts[0], KINDS[parts[1]], parts[2]
 
@@ -59,7 +61,7 @@ def to_tinker(value: Any) -> Any:
 def run_folder(run_id: str, root: Path) -> Path:
     """Run ``run_id``'s folder under ``root``; ``CheckpointNotFound`` if the caller has no such run."""
     if not _SEGMENT.fullmatch(run_id) or not (root / run_id).is_dir():
-        raise CheckpointNotFound(f"No training run {run_id!r} for this API key")
+        raise CheckpointNotFound(f"No training run {brief(run_id)} for this API key")
     return root / run_id
 
 

@@ -3,13 +3,21 @@ futures their requests return, with the limits that keep its memory bounded.
 
 Every model and sampler belongs to the session that made it and the key (tenant) it came with;
 a request from any other key finds nothing. Work is queued on the local backend's workers, in
-arrival order (Tinker's SDK sends one client's requests in turn), and each request's result
-waits here until the client polls ``retrieve_future`` for it.
+arrival order within a key (Tinker's SDK sends one client's requests in turn) and round-robin
+across keys (``guard.py`` puts each request in its key's lane), and each request's result waits
+here until the client polls ``retrieve_future`` for it.
+
+Each key is bounded by ``Quotas``: training runs open (a hard cap, answered 403 so that the SDK
+does not retry it for minutes), and queued requests, unfetched results and the bytes they hold
+(answered 429: they free themselves as work finishes and results are fetched or expire). A
+session that ends (``finish``, or no heartbeat for ``SESSION_TTL_S``) takes its models, samplers
+and results with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -20,12 +28,29 @@ from typing import Any
 from gemlab.local import LocalRestClient, LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 
 SESSION_TTL_S = 300.0  # a session with no request or heartbeat for this long is closed
-RESULT_TTL_S = 1800.0  # a finished result nobody fetched is dropped after this long
 RETRIEVED_TTL_S = 60.0  # a fetched result stays this long, for a client that retries the poll
+# the body bytes of the request being served (``guard.py`` counts them as they stream in)
+REQUEST_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("gemlab_request_bytes", default=0)
+
+
+@dataclass
+class Quotas:
+    """What one API key may hold at once, and how long a result nobody fetched is kept."""
+
+    models: int = 16  # training runs open (LoRA adapters and optimizer state on the server)
+    samplers: int = 16  # samplers kept (a snapshot adapter each); beyond it the least recently used goes
+    queued: int = 64  # requests queued or running
+    results: int = 128  # finished results not yet fetched
+    held_bytes: int = 128 * 2**20  # request bytes of its queued requests and unfetched results
+    result_ttl_s: float = 300.0  # a finished result nobody fetched is dropped after this long
 
 
 class Busy(Exception):
-    """The server's queue is full: the client should retry later (HTTP 429)."""
+    """The server's queue, or this key's share of it, is full: the client should retry later (HTTP 429)."""
+
+
+class QuotaExceeded(Exception):
+    """A key is at a cap that retrying does not lift (HTTP 403, which the SDK does not retry)."""
 
 
 class NotFound(LookupError):
@@ -66,6 +91,7 @@ class Sampler:
     base_model: str
     model_path: str | None
     client: asyncio.Future[LocalSamplingClient]
+    last_used: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -77,16 +103,25 @@ class Pending:
     encode: Callable[[Any], Any]
     retrieved_at: float | None = None
     done_at: float | None = None
+    size: int = 0  # the bytes of the request that made it
 
 
 class Registry:
     """Sessions, models, samplers and pending results of one server process."""
 
-    def __init__(self, data_dir: Path, max_pending: int, max_pending_per_session: int, device: str | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        max_pending: int,
+        max_pending_per_session: int,
+        device: str | None = None,
+        quotas: Quotas | None = None,
+    ):
         self.data_dir = data_dir
         self.max_pending = max_pending
         self.max_pending_per_session = max_pending_per_session
         self.device = device
+        self.quotas = quotas or Quotas()
         self.tenants: dict[str, Tenant] = {}
         self.sessions: dict[str, Session] = {}
         self.models: dict[str, Model] = {}
@@ -116,11 +151,27 @@ class Registry:
         session.last_seen = time.monotonic()
         return session
 
+    def end_session(self, session: Session) -> None:
+        """Close ``session`` now: its models, samplers and results go (work still running finishes,
+        and its result is dropped by the next sweep)."""
+        self.sessions.pop(session.id, None)
+        self._forget_closed()
+
     # ----- models and samplers -------------------------------------------------------------
     def add_model(self, model_id: str, session: Session, base_model: str, client: Awaitable[LocalTrainingClient]) -> None:
         if model_id in self.models:
             raise ValueError(f"model {model_id!r} already exists in this session")
+        self.check_model_room(session)
         self.models[model_id] = Model(model_id, session, base_model, asyncio.ensure_future(client))
+
+    def check_model_room(self, session: Session) -> None:
+        """``QuotaExceeded`` when ``session``'s key has as many training runs open as it may."""
+        open_runs = sum(1 for m in self.models.values() if m.session.tenant is session.tenant)
+        if open_runs >= self.quotas.models:
+            raise QuotaExceeded(
+                f"this API key has {open_runs} training runs open, the server's limit per key; a run closes "
+                f"when its ServiceClient is closed (service_client.close('success')) or its program ends"
+            )
 
     def model(self, model_id: Any, tenant: str) -> tuple[Model, LocalTrainingClient]:
         """The training run ``model_id`` of this key, built and ready."""
@@ -135,12 +186,24 @@ class Registry:
         return model, model.client.result()
 
     def add_sampler(self, sampler: Sampler) -> None:
+        """Keep ``sampler``; beyond ``Quotas.samplers`` of its key, the least recently used goes (an
+        RL loop makes one per step and never uses the old ones again; each holds an adapter)."""
         self.samplers[sampler.id] = sampler
+        if sampler.session is None:
+            return
+        tenant = sampler.session.tenant
+        mine = [s for s in self.samplers.values() if s.session is not None and s.session.tenant is tenant]
+        for old in sorted(mine, key=lambda s: s.last_used)[: max(0, len(mine) - self.quotas.samplers)]:
+            del self.samplers[old.id]
 
     def sampler(self, sampler_id: Any, tenant: str) -> Sampler:
         sampler = self.samplers.get(sampler_id) if isinstance(sampler_id, str) else None
         if sampler is None or (sampler.session is not None and sampler.session.tenant.name != tenant):
-            raise NotFound(f"No sampler {sampler_id!r} for this API key")
+            raise NotFound(
+                f"No sampler {sampler_id!r} for this API key (a key keeps its {self.quotas.samplers} most "
+                "recently used samplers)"
+            )
+        sampler.last_used = time.monotonic()
         return sampler
 
     def base_sampler(self, base_model: str, tenant: Tenant) -> Sampler:
@@ -154,24 +217,59 @@ class Registry:
 
     # ----- pending results ----------------------------------------------------------------
     def submit(self, session: Session, work: Awaitable[Any], encode: Callable[[Any], Any]) -> str:
-        """Hold ``work``'s result for ``retrieve_future``; its request id. ``Busy`` when the queue is full."""
-        waiting = [p for p in self.pending.values() if not p.task.done()]
-        if len(waiting) >= self.max_pending:
-            raise Busy(f"server busy: {len(waiting)} requests queued (limit {self.max_pending}); retry shortly")
-        mine = sum(1 for p in waiting if p.session is session)
-        if mine >= self.max_pending_per_session:
-            raise Busy(f"this session has {mine} requests queued (limit {self.max_pending_per_session}); retry shortly")
+        """Hold ``work``'s result for ``retrieve_future``; its request id. ``Busy`` when the queue,
+        or this key's share of it, is full (``work`` is then closed unstarted)."""
+        try:
+            self.check_room(session)
+        except Busy:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise
         request_id = f"req-{uuid.uuid4().hex}"
         task = asyncio.ensure_future(work)
-        pending = Pending(session, task, encode)
+        pending = Pending(session, task, encode, size=REQUEST_BYTES.get())
         task.add_done_callback(lambda _: setattr(pending, "done_at", time.monotonic()))
         self.pending[request_id] = pending
         return request_id
 
+    def check_room(self, session: Session) -> None:
+        """``Busy`` unless the server and ``session``'s key have room for one more request (of the
+        size the guard counted): routes call it before they queue work on the backend, ``submit`` again."""
+        size = REQUEST_BYTES.get()
+        waiting = queued = results = held = 0
+        mine = 0
+        for p in self.pending.values():
+            running = not p.task.done()
+            waiting += running
+            if p.session.tenant is not session.tenant or p.retrieved_at is not None:
+                continue
+            mine += running and p.session is session
+            queued += running
+            results += not running
+            held += p.size
+        quotas = self.quotas
+        if waiting >= self.max_pending:
+            raise Busy(f"server busy: {waiting} requests queued (limit {self.max_pending}); retry shortly")
+        if mine >= self.max_pending_per_session:
+            raise Busy(f"this session has {mine} requests queued (limit {self.max_pending_per_session}); retry shortly")
+        if queued >= quotas.queued:
+            raise Busy(f"this API key has {queued} requests queued (limit {quotas.queued}); retry shortly")
+        if results >= quotas.results:
+            raise Busy(
+                f"this API key has {results} results nobody fetched (limit {quotas.results}); "
+                f"fetch them, or they expire after {quotas.result_ttl_s:.0f} s"
+            )
+        if held + size > quotas.held_bytes:
+            raise Busy(
+                f"this API key's queued requests and unfetched results hold {held} bytes; {size} more is over "
+                f"the limit of {quotas.held_bytes} bytes per key; retry shortly"
+            )
+
     def result(self, request_id: Any, tenant: str) -> Pending:
         pending = self.pending.get(request_id) if isinstance(request_id, str) else None
         if pending is None or pending.session.tenant.name != tenant:
-            raise NotFound(f"No request {request_id!r} for this API key (results are kept {RESULT_TTL_S:.0f} s)")
+            ttl = self.quotas.result_ttl_s
+            raise NotFound(f"No request {request_id!r} for this API key (results are kept {ttl:.0f} s)")
         pending.session.last_seen = time.monotonic()
         return pending
 
@@ -180,16 +278,22 @@ class Registry:
 
     # ----- clean-up -----------------------------------------------------------------------
     def sweep(self, now: float | None = None) -> None:
-        """Drop expired sessions (their models and samplers go with them) and old results."""
+        """Drop expired sessions (their models, samplers and results go with them) and old results."""
         now = time.monotonic() if now is None else now
         for request_id, pending in list(self.pending.items()):
             retrieved = pending.retrieved_at is not None and now - pending.retrieved_at > RETRIEVED_TTL_S
-            stale = pending.done_at is not None and now - pending.done_at > RESULT_TTL_S
+            stale = pending.done_at is not None and now - pending.done_at > self.quotas.result_ttl_s
             if retrieved or stale:
                 del self.pending[request_id]
         expired = {s.id for s in self.sessions.values() if now - s.last_seen > SESSION_TTL_S}
         busy = {p.session.id for p in self.pending.values() if not p.task.done()}
         for session_id in expired - busy:
             del self.sessions[session_id]
-        self.models = {k: m for k, m in self.models.items() if m.session.id in self.sessions}
-        self.samplers = {k: s for k, s in self.samplers.items() if s.session is None or s.session.id in self.sessions}
+        self._forget_closed()
+
+    def _forget_closed(self) -> None:
+        """Drop the models, samplers and finished results of sessions that are no longer open."""
+        alive = self.sessions
+        self.models = {k: m for k, m in self.models.items() if m.session.id in alive}
+        self.samplers = {k: s for k, s in self.samplers.items() if s.session is None or s.session.id in alive}
+        self.pending = {k: p for k, p in self.pending.items() if p.session.id in alive or not p.task.done()}

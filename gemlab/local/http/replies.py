@@ -12,7 +12,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 
-from gemlab.local.http import paths
+from gemlab.local.http import paths, validate
 from gemlab.local.http.registry import Session
 from gemlab.local.http.state import Server
 
@@ -21,8 +21,13 @@ T = TypeVar("T")
 
 
 async def read(request: Request, model: type[M]) -> M:
-    """The request's JSON body as ``model`` (a ``pydantic.ValidationError`` is answered 422)."""
-    return model.model_validate_json(await request.body())
+    """The request's JSON body as ``model`` (a ``pydantic.ValidationError`` is answered 422), at most
+    ``validate.MAX_JSON`` bytes, its ids, names and paths at most ``validate.MAX_NAME`` characters,
+    every number in it finite."""
+    body = model.model_validate_json(validate.json_body(await request.body()))
+    validate.names(body)
+    validate.finite(body)
+    return body
 
 
 def answer(value: Any) -> JSONResponse:

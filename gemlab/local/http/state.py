@@ -4,24 +4,28 @@ app of its own (``app.dependency_overrides`` replaces either)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from gemlab.local.http.gate import SampleGate
-from gemlab.local.http.registry import Registry
+from gemlab.local.http.registry import Quotas, Registry
 
 
 @dataclass
 class Limits:
-    """What one request may ask for."""
+    """What one request may ask for, how long its body may take to arrive, and what one key may
+    hold at once (``quotas``)."""
 
     max_body: int = 64 * 1024 * 1024
     max_tokens: int = 4096
     max_samples: int = 64
     max_pending: int = 256
     max_pending_per_session: int = 64
+    # a body must have arrived this long after its request began (64 MiB at ~1 MiB/s); else 408
+    body_timeout_s: float = 60.0
+    quotas: Quotas = field(default_factory=Quotas)
 
 
 @dataclass
@@ -35,12 +39,13 @@ class Server:
     compress: bool = True
 
 
-def server(request: Request) -> Server:
-    """The server this request reached."""
+async def server(request: Request) -> Server:
+    """The server this request reached. (Both dependencies are ``async def``: FastAPI runs a plain
+    ``def`` dependency in its thread pool, two thread hops on every request.)"""
     return request.app.state.server
 
 
-def tenant(request: Request) -> str:
+async def tenant(request: Request) -> str:
     """The tenant of the request's API key (``guard.Guard`` checked the key and set it)."""
     return request.state.tenant
 

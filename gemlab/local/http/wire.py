@@ -16,6 +16,8 @@ from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.response_conv import _tensor_data_from_proto
 
+from gemlab.local.http import validate
+
 PROTOBUF = "application/x-protobuf"
 _DTYPES = {"float32": (pb.DTYPE_FLOAT32, np.float32), "int64": (pb.DTYPE_INT64, np.int64)}
 _STOP = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
@@ -33,19 +35,30 @@ class ForwardBackward:
     data: list[types.Datum]
 
 
+def read_forward_backward(body: bytes, encoding: str, limit: int) -> ForwardBackward:
+    """A ``/forward_backward`` body as sent (``encoding``: its ``Content-Encoding``), checked against
+    the server's body ``limit`` once decompressed; slow on a large body, so run off the event loop."""
+    return decode_forward_backward(decompress(body, encoding, limit), max_elements=limit // 4)
+
+
 def decompress(body: bytes, encoding: str, limit: int) -> bytes:
     """``body`` as sent (``Content-Encoding: zstd`` undone), at most ``limit`` bytes once decompressed."""
     if encoding.strip().lower() != "zstd":
         return body
     reader = zstandard.ZstdDecompressor().stream_reader(body)
-    out = reader.read(limit + 1)
+    try:
+        out = reader.read(limit + 1)
+    except zstandard.ZstdError as exc:
+        raise ValueError(f"the body is not valid zstd ({exc})") from None
     if len(out) > limit:
         raise ValueError(f"the decompressed request is larger than the server's limit of {limit} bytes")
     return out
 
 
-def decode_forward_backward(body: bytes) -> ForwardBackward:
-    """The SDK's protobuf ``ForwardBackwardRequest`` as tinker types; ``ValueError`` on anything else."""
+def decode_forward_backward(body: bytes, max_elements: int) -> ForwardBackward:
+    """The SDK's protobuf ``ForwardBackwardRequest`` as tinker types; ``ValueError`` on anything else,
+    a tensor's declared shape included (checked before it is decoded: ``validate.tensor``), or when
+    the tensors would hold more than ``max_elements`` once dense."""
     msg = pb.ForwardBackwardRequest()
     try:
         msg.ParseFromString(body)
@@ -54,13 +67,22 @@ def decode_forward_backward(body: bytes) -> ForwardBackward:
     config: dict[str, float | str] = {key: float(value) for key, value in msg.loss_fn_config.items()}
     for key, value in msg.loss_fn_config_v2.items():
         config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
-    data = []
+    validate.name(msg.model_id, "model_id")
+    validate.name(msg.loss_fn, "loss_fn")
+    data, total = [], 0
     for index, datum in enumerate(msg.data):
         chunks = []
         for chunk in datum.model_input:
             if chunk.WhichOneof("chunk") != "encoded_text":
                 raise ValueError(f"data[{index}]: only text tokens are served here (no images or audio)")
+            if len(chunk.encoded_text.tokens) % 4:
+                raise ValueError(f"data[{index}].model_input: tokens are int32, 4 bytes each")
             chunks.append(types.EncodedTextChunk(tokens=np.frombuffer(chunk.encoded_text.tokens, np.int32).tolist()))
+        rows = sum(len(chunk.tokens) for chunk in chunks)
+        for name, tensor in datum.loss_fn_inputs.items():
+            validate.name(name, f"data[{index}].loss_fn_inputs key")
+            total += validate.tensor(tensor, f"data[{index}].loss_fn_inputs[{name!r}]", rows)
+        validate.elements(total, max_elements)
         inputs = {name: _tensor_data_from_proto(tensor) for name, tensor in datum.loss_fn_inputs.items()}
         data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
     return ForwardBackward(

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from tinker import types
 
 from gemlab.local.http import wire
-from gemlab.local.http.errors import error_body, status_and_message
+from gemlab.local.http.errors import error_body, logged
 from gemlab.local.http.replies import answer, read
 from gemlab.local.http.state import ServerDep, TenantDep
 
@@ -31,7 +31,7 @@ async def retrieve_future(request: Request, server: ServerDep, tenant: TenantDep
     pending.retrieved_at = pending.retrieved_at or time.monotonic()
     error = pending.task.exception() if not pending.task.cancelled() else asyncio.CancelledError("cancelled")
     if error is not None:
-        _, message, category = status_and_message(error)
+        _, message, category = logged(error, f"request {body.request_id}")
         return JSONResponse(error_body(message, category))
     encoded = pending.encode(pending.task.result())
     if isinstance(encoded, bytes):
@@ -41,6 +41,6 @@ async def retrieve_future(request: Request, server: ServerDep, tenant: TenantDep
 
 @router.post("/cancel_future")
 async def cancel_future(request: Request, server: ServerDep, tenant: TenantDep) -> Response:
-    body = await request.json()
-    server.registry.result(body.get("request_id"), tenant).task.cancel()
+    body = await read(request, types.FutureRetrieveRequest)  # the same body: {"request_id": ...}
+    server.registry.result(body.request_id, tenant).task.cancel()
     return Response(status_code=204)

@@ -4,18 +4,20 @@ run this key made over HTTP."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Annotated, Any
 
 import pydantic
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from gemlab.local.http import paths
+from gemlab.local.http import paths, validate
 from gemlab.local.http.registry import Registry
 from gemlab.local.http.replies import answer, awaited
 from gemlab.local.http.state import ServerDep, TenantDep
 
 router = APIRouter(prefix="/api/v1")
+Count = Annotated[int, Query(ge=0)]  # a listing's limit or offset (a negative one answers 422)
 
 
 def run_id_of(registry: Registry, run_id: str, tenant: str) -> str:
@@ -44,7 +46,7 @@ def _external_ids(item: Any) -> Any:
 
 
 @router.get("/training_runs")
-async def training_runs(server: ServerDep, tenant: TenantDep, limit: int = 20, offset: int = 0) -> JSONResponse:
+async def training_runs(server: ServerDep, tenant: TenantDep, limit: Count = 20, offset: Count = 0) -> JSONResponse:
     rest = server.registry.tenant(tenant).rest
     return answer(tinker_ids(await awaited(rest.list_training_runs(limit=limit, offset=offset))))
 
@@ -79,14 +81,14 @@ async def delete_checkpoint(run_id: str, checkpoint_id: str, server: ServerDep, 
 
 
 @router.get("/checkpoints")
-async def user_checkpoints(server: ServerDep, tenant: TenantDep, limit: int = 100, offset: int = 0) -> JSONResponse:
+async def user_checkpoints(server: ServerDep, tenant: TenantDep, limit: Count = 100, offset: Count = 0) -> JSONResponse:
     rest = server.registry.tenant(tenant).rest
     return answer(tinker_ids(await awaited(rest.list_user_checkpoints(limit=limit, offset=offset))))
 
 
 @router.post("/weights_info")
 async def weights_info(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
-    body = await request.json()
+    body = json.loads(validate.json_body(await request.body()))
     owner = server.registry.tenant(tenant)
     folder = paths.folder(body.get("tinker_path") if isinstance(body, dict) else None, owner.root)
     return answer(await awaited(owner.rest.get_weights_info_by_tinker_path(str(folder))))

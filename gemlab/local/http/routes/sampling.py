@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from tinker import types
 
 from gemlab.local import LocalSamplingClient
-from gemlab.local.http import paths, wire
+from gemlab.local.http import paths, served, validate, wire
 from gemlab.local.http.registry import NotFound, Registry, Sampler, Session
 from gemlab.local.http.replies import answer, awaited, read
 from gemlab.local.http.state import Limits, Server, ServerDep, TenantDep
@@ -43,6 +43,8 @@ def sampler_of(body: types.SampleRequest, registry: Registry, tenant: str) -> tu
         return sampler, sampler.session or any_session(registry, tenant)
     if body.model_path is None and body.base_model is None:
         raise ValueError("asample needs sampling_session_id, model_path or base_model")
+    if body.base_model is not None:
+        served.check(body.base_model)
     session = any_session(registry, tenant)
     if body.model_path is None:
         return registry.base_sampler(body.base_model, session.tenant), session
@@ -73,6 +75,8 @@ async def sample(server: Server, session: Session, sampler: Sampler, body: types
 @router.post("/create_sampling_session")
 async def create_sampling_session(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
     body = await read(request, types.CreateSamplingSessionRequest)
+    if body.base_model is not None:
+        served.check(body.base_model)
     registry = server.registry
     session = registry.session(body.session_id, tenant)
     sampler_id = f"{session.id}:sample:{body.sampling_session_seq_id}"
@@ -100,6 +104,7 @@ async def asample(request: Request, server: ServerDep, tenant: TenantDep) -> JSO
     body = await read(request, types.SampleRequest)
     check_request(body, server.limits)
     sampler, session = sampler_of(body, server.registry, tenant)
+    validate.prompt(body.prompt, await sampler.client)  # 400 now, not a failed future later
     session.last_seen = time.monotonic()
     request_id = server.registry.submit(session, sample(server, session, sampler, body), wire.encode_sample_response)
     ids = [f"{request_id}:{j}" for j in range(body.num_samples)]

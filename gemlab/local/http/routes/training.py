@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from tinker import types
 
-from gemlab.local.http import paths, wire
+from gemlab.local.http import paths, served, validate, wire
 from gemlab.local.http.registry import Sampler, Session
 from gemlab.local.http.replies import answer, awaited, queued, read, then
 from gemlab.local.http.state import Server, ServerDep, TenantDep
@@ -35,7 +35,9 @@ def _metadata(values: dict[str, Any] | None) -> dict[str, str] | None:
 @router.post("/create_model")
 async def create_model(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
     body = await read(request, types.CreateModelRequest)
+    served.check(body.base_model)
     session = server.registry.session(body.session_id, tenant)
+    server.registry.check_model_room(session)  # before the run is built
     lora = body.lora_config or types.LoraConfig(rank=32)
     client = session.tenant.service.create_lora_training_client(
         base_model=body.base_model,
@@ -63,18 +65,23 @@ async def get_info(request: Request, server: ServerDep, tenant: TenantDep) -> JS
 
 @router.post("/forward_backward")
 async def forward_backward(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
-    raw = wire.decompress(await request.body(), request.headers.get("content-encoding", ""), server.limits.max_body)
-    body = wire.decode_forward_backward(raw)
+    """Decoded, checked (``validate``) and handed to the backend (which builds its tensors) off the
+    event loop, so a large body never holds up other requests."""
+    raw, encoding = await request.body(), request.headers.get("content-encoding", "")
+    body = await asyncio.to_thread(wire.read_forward_backward, raw, encoding, server.limits.max_body)
     model, client = server.registry.model(body.model_id, tenant)
+    server.registry.check_room(model.session)  # before the work is queued on the worker
     run = client.forward if body.forward_only else client.forward_backward
-    work = awaited(run(body.data, body.loss_fn, body.loss_fn_config))
-    return queued(server, model.session, work, wire.encode_forward_backward_output)
+    config = validate.finite_config(body.loss_fn_config)
+    started = await asyncio.to_thread(lambda: run(validate.data(body.data, client), body.loss_fn, config))
+    return queued(server, model.session, awaited(started), wire.encode_forward_backward_output)
 
 
 @router.post("/optim_step")
 async def optim_step(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
     body = await read(request, types.OptimStepRequest)
     model, client = server.registry.model(body.model_id, tenant)
+    server.registry.check_room(model.session)
     return queued(server, model.session, awaited(client.optim_step(body.optim_params)))
 
 
@@ -82,6 +89,7 @@ async def optim_step(request: Request, server: ServerDep, tenant: TenantDep) -> 
 async def save_weights(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
     body = await read(request, types.SaveWeightsRequest)
     model, client = server.registry.model(body.model_id, tenant)
+    server.registry.check_room(model.session)
     name = body.path or f"step-{uuid.uuid4().hex[:8]}"
     work = client.save_state(name, overwrite=body.overwrite, user_metadata=body.user_metadata)
     return queued(server, model.session, awaited(work))
@@ -99,6 +107,8 @@ async def load_weights(request: Request, server: ServerDep, tenant: TenantDep) -
     """A checkpoint loaded into an existing training run (``model_id``), or a new run made from
     it (``session_id`` and ``model_seq_id``: ``ServiceClient.create_training_client_from_state*``)."""
     body = await read(request, types.LoadWeightsRequest)
+    if body.base_model is not None:
+        served.check(body.base_model)
     if body.model_id is not None:
         model, client = server.registry.model(body.model_id, tenant)
         folder = str(paths.folder(body.path, model.session.tenant.root))
@@ -108,6 +118,7 @@ async def load_weights(request: Request, server: ServerDep, tenant: TenantDep) -
     session = server.registry.session(body.session_id, tenant)
     if body.model_seq_id is None:
         raise ValueError("load_weights needs model_id, or session_id with model_seq_id")
+    server.registry.check_model_room(session)
     folder = str(paths.folder(body.path, session.tenant.root))
     service = session.tenant.service
     make = service.create_training_client_from_state_with_optimizer if body.optimizer else service.create_training_client_from_state
