@@ -1,5 +1,6 @@
-"""The workshop server's door (gemlab/local/http/guard.py): a body that dribbles in is cut off at
-the read timeout with a 408 in Tinker's error shape, and a request's work goes in its key's lane
+"""The workshop server's door (gemlab/local/http/guard.py, connections.py): a connection whose
+request head does not arrive in time is closed, a body that dribbles in is cut off at the read
+timeout with a 408 in Tinker's error shape, and a request's work goes in its key's lane
 with its body's size counted."""
 
 from __future__ import annotations
@@ -91,10 +92,14 @@ def length(data: bytes) -> int:
 
 
 @pytest.mark.slow
-def test_the_server_cuts_off_a_client_that_dribbles_its_body(tmp_path: Path):
+def test_the_server_cuts_off_a_client_that_dribbles_its_head_or_body(tmp_path: Path):
     server = ServerProcess(tmp_path / "data", "--read-timeout", "1")
     try:
         host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        for sent in (b"", b"POST /api/v1/create_session HTTP/1.1\r\nHost: x\r\n"):  # nothing / half a head
+            with socket.create_connection((host, int(port)), timeout=60) as idle:
+                idle.sendall(sent)
+                assert idle.recv(1024) == b""  # closed by the server at its read timeout (connections.py)
         with socket.create_connection((host, int(port)), timeout=60) as slow:
             head = f"POST /api/v1/create_session HTTP/1.1\r\nHost: x\r\nX-API-Key: {server.keys[0]}\r\n"
             slow.sendall((head + "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode())

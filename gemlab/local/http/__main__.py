@@ -15,7 +15,8 @@ bounded (the defaults suit a room of 30 on one machine): training runs open (bey
 the SDK does not retry), samplers kept (beyond it the least recently used is dropped: an RL loop
 makes one per step), requests queued, results nobody fetched and the request bytes they hold
 (beyond these 429, which the SDK retries with backoff); an unfetched result is dropped after
-``--result-ttl`` seconds, and a request body must arrive within ``--read-timeout`` seconds (408).
+``--result-ttl`` seconds, and a request's head and its body must each arrive within ``--read-timeout``
+seconds (the connection is closed; 408 for a body).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     quotas.add_argument("--result-ttl", type=float, default=Quotas.result_ttl_s, help="seconds an unfetched result is kept")
     parser.add_argument(
-        "--read-timeout", type=float, default=Limits.body_timeout_s, help="seconds a request body may take to arrive (408 beyond)"
+        "--read-timeout", type=float, default=Limits.body_timeout_s, help="seconds a request head, and then its body, may take to arrive"
     )
     return parser.parse_args(argv)
 
@@ -79,6 +80,7 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from gemlab.local.http.app import make_app
+    from gemlab.local.http.connections import head_deadline_protocol
     from gemlab.local.http.keys import load_or_create
 
     sizes = (args.keys, args.max_tokens, args.max_queue, args.models_per_key, args.samplers_per_key, args.queue_per_key, args.results_per_key)
@@ -124,7 +126,8 @@ def serve(args: argparse.Namespace) -> None:
     for key in keys[: args.keys]:
         print(f"export TINKER_API_KEY={key}", flush=True)
     logging.basicConfig(level=logging.WARNING)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=75)).run(sockets=[sock])
+    protocol = head_deadline_protocol(args.read_timeout)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, http=protocol)).run(sockets=[sock])
 
 
 def main(argv: list[str] | None = None) -> None:
