@@ -19,30 +19,67 @@ from tinker import types
 from gemlab.local.checkpoints import brief
 from gemlab.local.models import MODEL_ENV, TINY_CHAT, context_length, looks_like_path, model_descriptions
 
-# Tinker's model lineup (tinker-docs.thinkingmachines.ai/model-lineup, November 2025)
+# Tinker's model names: every model tinker-cookbook's model_info knows, in versions 0.1.0 and 0.6.1
+# (the names Tinker has served; a program written for Tinker names one of these)
 TINKER_MODELS = (
-    "Qwen/Qwen3-VL-235B-A22B-Instruct",
-    "Qwen/Qwen3-VL-30B-A3B-Instruct",
+    "Qwen/Qwen3-0.6B",
+    "Qwen/Qwen3-1.7B",
+    "Qwen/Qwen3-14B",
+    "Qwen/Qwen3-14B-Base",
     "Qwen/Qwen3-235B-A22B-Instruct-2507",
-    "Qwen/Qwen3-30B-A3B-Instruct-2507",
     "Qwen/Qwen3-30B-A3B",
     "Qwen/Qwen3-30B-A3B-Base",
+    "Qwen/Qwen3-30B-A3B-Instruct-2507",
     "Qwen/Qwen3-32B",
+    "Qwen/Qwen3-4B",
+    "Qwen/Qwen3-4B-Base",
+    "Qwen/Qwen3-4B-Instruct-2507",
     "Qwen/Qwen3-8B",
     "Qwen/Qwen3-8B-Base",
-    "Qwen/Qwen3-4B-Instruct-2507",
-    "openai/gpt-oss-120b",
-    "openai/gpt-oss-20b",
-    "deepseek-ai/DeepSeek-V3.1",
-    "deepseek-ai/DeepSeek-V3.1-Base",
+    "Qwen/Qwen3-VL-235B-A22B-Instruct",
+    "Qwen/Qwen3-VL-30B-A3B-Instruct",
+    "Qwen/Qwen3.5-27B",
+    "Qwen/Qwen3.5-35B-A3B",
+    "Qwen/Qwen3.5-35B-A3B-Base",
+    "Qwen/Qwen3.5-397B-A17B",
+    "Qwen/Qwen3.5-4B",
+    "Qwen/Qwen3.5-9B",
+    "Qwen/Qwen3.5-9B-Base",
+    "Qwen/Qwen3.6-27B",
+    "Qwen/Qwen3.6-35B-A3B",
+    "Qwen/Qwen3.8-27B",
     "meta-llama/Llama-3.1-70B",
-    "meta-llama/Llama-3.3-70B-Instruct",
     "meta-llama/Llama-3.1-8B",
     "meta-llama/Llama-3.1-8B-Instruct",
-    "meta-llama/Llama-3.2-3B",
     "meta-llama/Llama-3.2-1B",
+    "meta-llama/Llama-3.2-1B-Instruct",
+    "meta-llama/Llama-3.2-3B",
+    "meta-llama/Llama-3.2-3B-Instruct",
+    "meta-llama/Llama-3.3-70B-Instruct",
+    "deepseek-ai/DeepSeek-V3.1",
+    "deepseek-ai/DeepSeek-V3.1-Base",
+    "deepseek-ai/DeepSeek-V4.1-Flash",
+    "deepseek-ai/DeepSeek-V4.1-Flash-1017",
+    "openai/gpt-oss-120b",
+    "openai/gpt-oss-20b",
     "moonshotai/Kimi-K2-Thinking",
+    "moonshotai/Kimi-K2.5",
+    "moonshotai/Kimi-K2.6",
+    "moonshotai/Kimi-K3.1-Pro",
+    "zai-org/GLM-5.3",
+    "zai-org/GLM-5.3-Flash",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16",
+    "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16",
+    "nvidia/NVIDIA-Nemotron-3.5-Super-VL-120B-A12B-BF16",
+    "thinkingmachines/Inkling",
+    "thinkingmachines/Inkling-2-Small",
+    "thinkingmachines/Inkling-Small",
 )
+
+
+EXAMPLES = ("Qwen/Qwen3-8B-Base", "meta-llama/Llama-3.1-8B")  # named in the refusal
 
 
 class NotServed(ValueError):
@@ -86,6 +123,7 @@ def check(name: Any) -> str:
     if isinstance(name, str) and (name in TINKER_MODELS or name in local_models()):
         return name
     raise NotServed(
-        f"Model {brief(name)} is not served here. Served: {', '.join(local_models())}; "
-        f"and Tinker's models ({', '.join(TINKER_MODELS)}) on {stand_in()}"
+        f"Model {brief(name)} is not served here. Served: {', '.join(local_models())}; and Tinker's "
+        f"{len(TINKER_MODELS)} model names ({', '.join(EXAMPLES)}, ...; "
+        f"get_server_capabilities lists them) on {stand_in()}"
     )
