@@ -481,7 +481,7 @@ class RunFolder:
         root = self.local_checkpoints
         if not root.is_dir():
             return 0
-        from gemlab.local.checkpoints import SCHEME, folder_of  # lazy: real Tinker runs never load the emulator
+        from gemlab.local.checkpoints import SCHEME, folder_of, staged_name  # lazy: real Tinker runs never load the emulator
 
         named = [line["state_path"] for line in self.checkpoints]
         keep = {(folder_of(path, root) if path.startswith(SCHEME) else Path(path)).resolve() for path in named}
@@ -490,7 +490,7 @@ class RunFolder:
         for weights in root.glob("*/weights"):
             cleaned = False
             for folder in list(weights.iterdir()):
-                staging = folder.name.startswith(".") and folder.name[1:].rsplit("-", 1)[0] in owned
+                staging = staged_name(folder.name) in owned
                 if folder.is_dir() and not folder.is_symlink() and (staging or (folder.name in owned and folder.resolve() not in keep)):
                     shutil.rmtree(folder, ignore_errors=True)
                     removed += not staging

@@ -181,15 +181,22 @@ _OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how safetensors' (Rust) I/O err
 def disk_full(error: BaseException, where: Path) -> DiskFull | None:
     """``DiskFull`` when ``error``, raised writing under ``where``, means the disk is full: an
     ``OSError`` ENOSPC or EDQUOT, safetensors' ``SafetensorError`` naming one, or torch's
-    ``RuntimeError`` for a failed write with under 1 MiB free; ``None`` for any other error."""
+    ``RuntimeError`` (a failed write in its C++ serializer, e.g. "unexpected pos") with under 1 MiB
+    free; ``None`` for any other error."""
     code = error.errno if isinstance(error, OSError) else None
     found = _OS_ERROR.search(str(error)) if code is None else None
     code = int(found.group(1)) if found else code
-    if code is None and isinstance(error, RuntimeError) and "writ" in str(error).lower():
+    if code is None and isinstance(error, RuntimeError):
         code = errno.ENOSPC if shutil.disk_usage(where).free < 1 << 20 else None
     if code not in (errno.ENOSPC, errno.EDQUOT):
         return None
-    return DiskFull(errno.ENOSPC, f"No space left on the disk of {where}: the checkpoint was not saved")
+    return DiskFull(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({where}): the checkpoint was not saved")
+
+
+def staged_name(folder_name: str) -> str | None:
+    """The checkpoint a folder named ``folder_name`` was staging, if ``save`` named it; else ``None``."""
+    match = _STAGING.fullmatch(folder_name)
+    return match["name"] if match else None
 
 
 def recover(root: Path) -> list[Path]:
@@ -199,11 +206,11 @@ def recover(root: Path) -> list[Path]:
     its staging are touched. Not for a root another live process may be saving into."""
     finished = []
     for staging in sorted(root.glob(f"*/*/{STAGING_PREFIX}*")):
-        match = _STAGING.fullmatch(staging.name)
-        if match is None or staging.is_symlink() or not staging.is_dir() or staging.parent.name not in KINDS:
+        name = staged_name(staging.name)
+        if name is None or staging.is_symlink() or not staging.is_dir() or staging.parent.name not in KINDS:
             continue
-        target = staging.with_name(match["name"])
-        if (staging / COMPLETE_FILE).is_file() and NAME.fullmatch(match["name"]) and not target.exists():
+        target = staging.with_name(name)
+        if (staging / COMPLETE_FILE).is_file() and NAME.fullmatch(name) and not target.exists():
             staging.rename(target)
             (target / COMPLETE_FILE).unlink()
             finished.append(target)

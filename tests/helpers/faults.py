@@ -95,7 +95,8 @@ def install(point: str, step: int, action: Callable[[], None]) -> None:
 
         def save_file(tensors: Any, path: Any) -> None:
             real_save_file(tensors, path)
-            if os.path.basename(os.path.dirname(path)).startswith(f".step{step:06d}-"):
+            folder = os.path.basename(os.path.dirname(path))  # the save's staging folder
+            if folder.startswith(gemlab.local.checkpoints.STAGING_PREFIX) and folder.endswith(f"-step{step:06d}"):
                 action()
 
         gemlab.local.checkpoints.save_file = save_file
