@@ -18,7 +18,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.http_server import ServerProcess  # noqa: E402
+from tests.helpers.http_server import ServerProcess, offline_server  # noqa: E402
 
 CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's program
 
@@ -118,22 +117,12 @@ def main() -> None:
     args = parser.parse_args()
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        hf_home = workdir / "hf"
-        subprocess.run([sys.executable, "-m", "gemlab.local.http", "tokenizer", "gemlab/tiny"], check=True,
-                       capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})
-        os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
-        os.chdir(workdir)  # from the repo root, the name gemlab/tiny would be read as the folder gemlab/tiny/
-        server = ServerProcess(workdir / "data")
-        try:
-            if not args.skip_laptop:
-                print(f"laptop preset, {args.steps} interleaved steps each (after one warm-up step):")
-                laptop_ratio(server, args.steps, workdir)
-            print(f"workshop: {args.clients} clients x {args.client_steps} steps:")
-            workshop(server, args.clients, args.client_steps, args.timeout, workdir)
-        finally:
-            server.stop()
+    with offline_server() as (server, workdir):
+        if not args.skip_laptop:
+            print(f"laptop preset, {args.steps} interleaved steps each (after one warm-up step):")
+            laptop_ratio(server, args.steps, workdir)
+        print(f"workshop: {args.clients} clients x {args.client_steps} steps:")
+        workshop(server, args.clients, args.client_steps, args.timeout, workdir)
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 

@@ -25,7 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.http_server import ServerProcess  # noqa: E402
+from tests.helpers.http_server import ServerProcess, offline_server  # noqa: E402
 
 CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's program
 
@@ -168,14 +167,7 @@ def main() -> None:
     args = parser.parse_args()
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
     print(f"CPU: {cpu}, {os.cpu_count()} cores; load average at start: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        hf_home = workdir / "hf"
-        subprocess.run([sys.executable, "-m", "gemlab.local.http", "tokenizer", "gemlab/tiny"], check=True,
-                       capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})
-        os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
-        os.chdir(workdir)  # from the repo root, the name gemlab/tiny would be read as the folder gemlab/tiny/
-        server = ServerProcess(workdir / "data", "--keys", "30")
+    with offline_server("--keys", "30") as (server, workdir):
         watch = Watch(server.process.pid)
         try:
             print(f"memory: {args.waves} waves of {args.wave_clients} clients (3 RL steps, a checkpoint and a sampler each, then close):")
@@ -189,7 +181,6 @@ def main() -> None:
             print(f"  server alive at the end: {server.alive()}")
         finally:
             watch.stop()
-            server.stop()
     print(f"load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
 
 

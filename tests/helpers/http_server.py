@@ -3,11 +3,14 @@ killed at the end; ``env`` is what a client sets (TINKER_BASE_URL, TINKER_API_KE
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,3 +70,22 @@ def run_client(server: ServerProcess, args: list[str], cwd: Path, timeout: float
     done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=server.env(**env), cwd=cwd, timeout=timeout)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:], server.log.read_text()[-2000:])
     return done
+
+
+@contextlib.contextmanager
+def offline_server(*args: str) -> Iterator[tuple[ServerProcess, Path]]:
+    """For the benchmarks: a server and its clients' working folder, a temporary one made the
+    current folder (from the repo root the name gemlab/tiny would be read as the folder
+    gemlab/tiny/), with gemlab/tiny's tokenizer installed there for clients that run offline."""
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        hf_home = workdir / "hf"
+        subprocess.run([sys.executable, "-m", "gemlab.local.http", "tokenizer", "gemlab/tiny"], check=True,
+                       capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})  # fmt: skip
+        os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
+        os.chdir(workdir)
+        server = ServerProcess(workdir / "data", *args)
+        try:
+            yield server, workdir
+        finally:
+            server.stop()
