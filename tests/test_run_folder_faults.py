@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gemlab import Trainer, make_config
+from gemlab.local.checkpoints import STAGING_PREFIX
 from gemlab.run_folder import (
     CHECKPOINTS_FILE,
     METRICS_FILE,
@@ -188,11 +189,12 @@ def test_a_save_cut_by_a_kill_is_cleaned_but_a_lookalike_is_not(tmp_path: Path) 
     folder.will_save("step000015")  # the kill came after the backend's staging folder appeared
     folder.close()
     weights = run / "checkpoints/run-x/weights"
-    (weights / ".step000015-abc123").mkdir()
+    staging = weights / f"{STAGING_PREFIX}0123456789ab-step000015"  # the name the local backend stages under
+    staging.mkdir()
     (weights / "step000015").mkdir()  # written, never recorded in the index
     (weights / ".backup-1").mkdir()  # not gemlab's: no such name recorded
     _resume(run)
-    assert not (weights / ".step000015-abc123").exists() and not (weights / "step000015").exists()
+    assert not staging.exists() and not (weights / "step000015").exists()
     assert (weights / ".backup-1").is_dir()
 
 
