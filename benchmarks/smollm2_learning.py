@@ -1,15 +1,15 @@
-"""Does SmolLM2-135M-Instruct learn in gemlab? Fixed-set success at base, after the SFT warm-up and
-after RL, per seed, with the run's config and metrics recorded (no checkpoints).
+"""Does SmolLM2-135M-Instruct learn by RL in gemlab? Held-out success at base, after the warm-up
+and during RL, per seed, with each run's config and metrics recorded (no checkpoints).
 
-    python benchmarks/smollm2_learning.py --seeds 0 1 2 --minutes 20 --out data/smollm2
-    python benchmarks/smollm2_learning.py --probe template=chat          # base and warm-up only
-    python benchmarks/smollm2_learning.py --report data/smollm2-seeds --figure docs/figures/smollm2-seeds.png
+    python benchmarks/smollm2_learning.py --seeds 0 1 2 3 4 --minutes 15 --out data/smollm2-sums
+    python benchmarks/smollm2_learning.py --report data/smollm2-sums --figure docs/figures/smollm2-sums.png
 
-Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it), the fixed evaluation
-set of ``gemlab.evaluate`` before anything, after ``Trainer.warmup()``, and after RL steps until
-``max_steps`` or ``--minutes`` of wall time (warm-up included) run out. Writes
-``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}`` and prints one line per
-evaluation. Not a test: it takes minutes to an hour.
+Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it) evaluated on the
+fixed held-out set (``eval_env_id``, ``eval_games``) before anything, after ``Trainer.warmup()``,
+and every ``eval_every`` RL steps by the Trainer itself (``eval/*`` in ``metrics.jsonl``), until
+``max_steps`` or ``--minutes`` of wall time (loading and warm-up included) run out; the last step
+is always evaluated. Writes ``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}``
+and prints a line per step. Not a test: a seed takes about a quarter of an hour.
 """
 
 from __future__ import annotations
@@ -17,22 +17,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from gemlab.config import config_from_argv
-from gemlab.evaluate import NUM_GAMES, evaluate_trainer
-from gemlab.run_folder import export_run
+from gemlab.evaluate import eval_metrics, evaluate_trainer
+from gemlab.run_folder import export_run, read_run
 from gemlab.trainer import Trainer
 
 
-def evaluate(trainer: Trainer, games: int) -> dict:
-    """The fixed set, played by the trainer's current weights."""
-    start = time.time()
-    result = evaluate_trainer(trainer, games)
-    return {**result.to_dict(), "seconds": time.time() - start}
+def cpu_name() -> str:
+    """The CPU's model name, as ``/proc/cpuinfo`` says it (every speed figure names its machine)."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
 
 
 def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Path | None) -> dict:
@@ -40,31 +44,29 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     config = config_from_argv(["preset=smollm2", f"seed={seed}", f"log_dir={log_dir}", *overrides])
     start = time.time()
     trainer = Trainer(config, progress=False)
-    record: dict = {"seed": seed, "load": os.getloadavg()[0]}
+    record: dict = {"seed": seed, "cpu": cpu_name(), "threads": os.environ.get("GEMLAB_THREADS", "default"), "load": os.getloadavg()[0]}
 
-    def log(stage: str, result: dict) -> None:
-        record[stage] = {**result, "wall_s": time.time() - start, "step": trainer.step_index}
-        low, high = result["interval95"]
-        print(f"seed {seed} {stage:8} success {result['success']:.3f} [{low:.2f}, {high:.2f}] "
-              f"step {trainer.step_index:3d} wall {time.time() - start:6.0f} s (eval {result['seconds']:.0f} s) "
-              f"load {os.getloadavg()[0]:.1f}", flush=True)
+    def log(stage: str) -> None:
+        result = evaluate_trainer(trainer)
+        record[stage] = {**result.to_dict(), "wall_s": time.time() - start}
+        low, high = result.interval95()
+        print(f"seed {seed} {stage:7} held-out {result.success:.3f} [{low:.2f}, {high:.2f}] wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
 
     if not args.no_base:  # the base is the same for every seed (LoRA's B starts at zero)
-        log("base", evaluate(trainer, args.games))
+        log("base")
     trainer.warmup()
-    log("warmup", evaluate(trainer, args.games))
-    if not args.probe:
-        eval_every = args.eval_every or config.max_steps
-        while trainer.step_index < config.max_steps and time.time() - start < args.minutes * 60:
-            metrics = trainer.step()
-            print(f"seed {seed} step {trainer.step_index:3d} rollout success {metrics['sampler/success_rate']:.2f} "
-                  f"step {metrics['time/step']:.0f} s (sample {metrics['time/sample']:.0f}, train {metrics['time/train']:.0f}) "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
-            if trainer.step_index % eval_every == 0 and trainer.step_index < config.max_steps:
-                log(f"step{trainer.step_index}", evaluate(trainer, args.games))
-        log("rl", evaluate(trainer, args.games))
+    log("warmup")
+    while trainer.step_index < config.max_steps and time.time() - start < args.minutes * 60:
+        metrics = trainer.step()
+        held = f" held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
+        print(f"seed {seed} step {trainer.step_index:3d} rollout {metrics['sampler/success_rate']:.2f}{held} "
+              f"step {metrics['time/step']:.0f} s (sample {metrics['time/sample']:.0f}, train {metrics['time/train']:.0f}) "
+              f"wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
+    if "eval/success" not in trainer.history[-1]:  # the budget ended between evaluations
+        record["final"] = {**eval_metrics(evaluate_trainer(trainer)), "step": trainer.step_index}
     record["wall_s"] = time.time() - start
     record["load_end"] = os.getloadavg()[0]
+    record["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
     trainer.close()
     if out is not None:
         export_run(trainer.run_dir, out / f"seed{seed}", extra={"eval.json": json.dumps(record, indent=1)})
@@ -72,76 +74,86 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     return record
 
 
-def stages_of(records: list[dict]) -> list[str]:
-    """The evaluations the records hold, in order: base, warmup, every ``--eval-every`` step, rl."""
-    steps = sorted({int(key[4:]) for r in records for key in r if key.startswith("step") and key[4:].isdigit()})
-    return [s for s in ("base", "warmup", *(f"step{n}" for n in steps), "rl") if any(s in r for r in records)]
+def curve(folder: Path) -> tuple[dict, list[tuple[int, float, float, float]]]:
+    """A recorded seed's ``eval.json`` and its held-out curve: (RL steps taken, success, low, high),
+    from the warm-up (0 steps) on."""
+    record = json.loads((folder / "eval.json").read_text())
+    low, high = record["warmup"]["interval95"]
+    points = [(0, record["warmup"]["success"], low, high)]
+    metrics = read_run(folder).metrics
+    for _, row in metrics.dropna(subset=["eval/success"]).iterrows() if "eval/success" in metrics else ():
+        points.append((int(row["step"]) + 1, row["eval/success"], row["eval/success_low"], row["eval/success_high"]))
+    if "final" in record:
+        final = record["final"]
+        points.append((final["step"], final["eval/success"], final["eval/success_low"], final["eval/success_high"]))
+    return record, points
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and its 95% t-interval over seeds."""
+    from scipy import stats
+
+    array = np.array(values, dtype=float)
+    if len(array) < 2:
+        return float(array.mean()), float("nan"), float("nan")
+    low, high = stats.t.interval(0.95, len(array) - 1, loc=array.mean(), scale=stats.sem(array))
+    return float(array.mean()), float(low), float(high)
 
 
 def report(folder: Path, figure: Path | None) -> None:
-    """The result table over the recorded seeds (each seed's success with its Wilson 95% interval
-    over games; the mean with its 95% t-interval over seeds) and its figure."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from scipy import stats
-
-    records = [json.loads(f.read_text()) for f in sorted(folder.glob("seed*/eval.json"))]
-    stages = stages_of(records)
-    print(f"{'stage':8} " + " ".join(f"{'seed ' + str(r['seed']):<24}" for r in records) + "mean [95% CI over seeds]")
-    means, errors = [], []
-    for stage in stages:
-        values = np.array([r[stage]["success"] for r in records if stage in r])
-        mean = float(values.mean())
-        half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else float("nan")
-        means.append(mean)
-        errors.append(half)
-        cells = " ".join(f"{cell(r, stage):<24}" for r in records)
-        print(f"{stage:8} {cells}{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]")
-    walls = [r["wall_s"] / 60 for r in records]
-    print(f"wall per seed: {', '.join(f'{w:.1f}' for w in walls)} min; load {[round(r['load'], 1) for r in records]}")
+    """The table over the recorded seeds (each with its Wilson 95% interval over problems; the mean
+    with its t-interval over seeds; the paired gain of RL over the warm-up) and its figure."""
+    seeds = [curve(path) for path in sorted(folder.glob("seed*")) if (path / "eval.json").exists()]
+    print(f"{'seed':>4}  {'base':>6}  {'warm-up':22}  {'after RL':22}  steps  minutes  load     peak GB")
+    for record, points in seeds:
+        base = f"{record['base']['success']:.3f}" if "base" in record else "-"
+        _, w, wl, wh = points[0]
+        steps, f, fl, fh = points[-1]
+        print(f"{record['seed']:>4}  {base:>6}  {w:.3f} [{wl:.2f}, {wh:.2f}]   {f:.3f} [{fl:.2f}, {fh:.2f}]   {steps:5d}  {record['wall_s'] / 60:7.1f}  "
+              f"{record['load']:.1f}-{record['load_end']:.1f}  {record.get('peak_rss_gb', float('nan')):.2f}")
+    for name, values in (
+        ("warm-up", [p[0][1] for _, p in seeds]),
+        ("after RL", [p[-1][1] for _, p in seeds]),
+        ("gain (paired)", [p[-1][1] - p[0][1] for _, p in seeds]),
+    ):
+        mean, low, high = mean_interval(values)
+        print(f"{name:14} mean {mean:.3f}, 95% CI over {len(values)} seeds [{low:.3f}, {high:.3f}]")
+    print(f"CPU: {seeds[0][0]['cpu']}, GEMLAB_THREADS={seeds[0][0]['threads']}")
     if figure is None:
         return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    left.bar(stages, means, yerr=None if len(records) < 2 else errors, capsize=6, color=[{"base": "#999", "warmup": "#6a9fd4"}.get(s, "#2b7a3d") for s in stages])
-    for r in records:
-        left.plot([s for s in stages if s in r], [r[s]["success"] for s in stages if s in r], "k.", alpha=0.6)
-    left.set_ylim(0, 1)
-    left.set_ylabel(f"success on the fixed {len(records[0]['warmup']['wins'])} games")
-    left.set_title(f"SmolLM2-135M by stage: {', '.join(stages)}\n(mean of {len(records)} seed(s); 95% CI over seeds when 2+)")
-    for r in records:
-        rows = [json.loads(line) for line in (folder / f"seed{r['seed']}" / "metrics.jsonl").read_text().splitlines() if line]
-        right.plot([row["step"] for row in rows], [row["sampler/success_rate"] for row in rows], marker="o", label=f"seed {r['seed']}")
-    right.set_xlabel("RL step")
-    right.set_ylabel("rollout success")
-    right.set_title("training rollouts")
-    right.legend()
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    for record, points in seeds:
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", alpha=0.7, label=f"seed {record['seed']}")
+    steps = sorted({p[0] for _, points in seeds for p in points})
+    common = [s for s in steps if all(any(p[0] == s for p in points) for _, points in seeds)]
+    stats = [mean_interval([next(p[1] for p in points if p[0] == s) for _, points in seeds]) for s in common]
+    ax.plot(common, [m for m, _, _ in stats], color="black", linewidth=2.5, label="mean")
+    ax.fill_between(common, [lo for _, lo, _ in stats], [hi for _, _, hi in stats], color="black", alpha=0.12, label="95% CI over seeds")
+    end, end_low, end_high = mean_interval([points[-1][1] for _, points in seeds])
+    end_step = float(np.mean([points[-1][0] for _, points in seeds]))
+    ax.errorbar([end_step], [end], yerr=[[end - end_low], [end_high - end]], fmt="D", color="black", capsize=6, label="mean at the end (95% CI)")
+    if "base" in seeds[0][0]:
+        ax.axhline(seeds[0][0]["base"]["success"], color="#999", linestyle=":", label="base model")
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("RL steps (0: after the format warm-up)")
+    ax.set_ylabel(f"success on {len(seeds[0][0]['warmup']['wins'])} held-out problems")
+    ax.set_title(f"SmolLM2-135M-Instruct learns sums by RL ({len(seeds)} seeds)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(figure, dpi=120)
     print(f"wrote {figure}")
 
 
-def cell(record: dict, stage: str) -> str:
-    """``0.438 [0.28, 0.61]``: a seed's success at ``stage`` and its Wilson interval (``@N``: the RL
-    step of the final evaluation)."""
-    if stage not in record:
-        return "-"
-    result = record[stage]
-    low, high = result["interval95"]
-    at = f" @{result['step']}" if stage == "rl" else ""
-    return f"{result['success']:.3f} [{low:.2f}, {high:.2f}]{at}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value config overrides on top of preset=smollm2")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--minutes", type=float, default=20.0, help="wall-time budget per seed, warm-up included")
-    parser.add_argument("--games", type=int, default=NUM_GAMES, help="games in the fixed evaluation set")
-    parser.add_argument("--eval-every", type=int, default=0, help="also evaluate every N RL steps (0: only at the end)")
-    parser.add_argument("--probe", action="store_true", help="base and warm-up evaluations only")
+    parser.add_argument("--minutes", type=float, default=15.0, help="wall-time budget per seed, loading and warm-up included")
     parser.add_argument("--no-base", action="store_true", help="skip the base evaluation (the same for every seed)")
-    parser.add_argument("--out", type=Path, default=None, help="record the runs here (e.g. data/smollm2)")
+    parser.add_argument("--out", type=Path, default=None, help="record the runs here (e.g. data/smollm2-sums)")
     parser.add_argument("--report", type=Path, default=None, help="print the table of the runs recorded here and stop")
     parser.add_argument("--figure", type=Path, default=None, help="with --report: write the figure here")
     args = parser.parse_args()

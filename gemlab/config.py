@@ -22,6 +22,8 @@ import numpy as np
 from gemlab.returns import ADVANTAGES
 from gemlab.templates import TEMPLATES
 
+WARMUP_DATA = ("scripted", "own_answers")  # where the SFT warm-up's examples come from (gemlab/warmup.py)
+
 CONFIG_FILE = "config.json"  # a run folder's saved config (gemlab/run_folder.py reads run folders)
 BACKENDS = ("auto", "local", "tinker")
 # Tinker's built-in policy-gradient losses and the ``loss_fn_config`` keys each one takes.
@@ -200,6 +202,16 @@ class Config:
     # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
     warmup_steps: int = chz.field(default=0, validator=_at_least(0))
     warmup_learning_rate: float = chz.field(default=1e-3, validator=_positive)
+    warmup_batch_size: int | None = chz.field(default=None, doc="examples per warm-up step (default batch_size)")
+    warmup_data: str = chz.field(
+        default="scripted",
+        validator=_one_of(WARMUP_DATA),
+        doc="'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, last integer as \\boxed{N} (any env, no labels)",
+    )
+    # a fixed evaluation during the run (gemlab/evaluate.py), logged in the step's metrics as eval/*
+    eval_every: int = chz.field(default=0, validator=_at_least(0), doc="evaluate every N steps, after the step's update (0: never)")
+    eval_env_id: str | None = chz.field(default=None, doc="the evaluation's env (a held-out split such as rg:sums-1digit-test); default env_id")
+    eval_games: int = chz.field(default=64, validator=_positive, doc="games (or problems) in the fixed evaluation set")
     # where it runs and where it writes
     backend: str = chz.field(default="auto", validator=_one_of(BACKENDS), doc="'auto': Tinker if TINKER_API_KEY is set")
     log_dir: str = "runs"
@@ -247,6 +259,8 @@ class Config:
             raise ValueError(f"group_size must divide num_env ({self.num_env}), got {self.group_size}")
         if self.advantage == "grpo" and self.group_size < 2:
             raise ValueError("advantage='grpo' compares episodes of one problem: set group_size >= 2")
+        if self.warmup_batch_size is not None and self.warmup_batch_size < 1:
+            raise ValueError(f"warmup_batch_size must be positive (or None for batch_size), got {self.warmup_batch_size}")
         if self.num_minibatches > self.batch_size:
             raise ValueError(f"num_minibatches must be at most batch_size ({self.batch_size}), got {self.num_minibatches}")
 
@@ -273,18 +287,27 @@ LAPTOP: dict[str, Any] = dict(
 PRESETS: dict[str, dict[str, Any]] = {
     "gem": {},
     "laptop": LAPTOP,
-    # SmolLM2-135M-Instruct: an SFT warm-up into the learnable band, then GEM's REINFORCE + ReBN
-    # (benchmarks/smollm2_learning.py measures it; docs/smollm2.md has the results)
+    # SmolLM2-135M-Instruct learning sums by RL, scored on held-out sums (docs/smollm2.md): a
+    # label-free format warm-up on its own answers, then REINFORCE with GRPO's group advantages
+    # (benchmarks/smollm2_learning.py measures it over seeds)
     "smollm2": dict(
         LAPTOP,
         model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
-        learning_rate=3e-4,
+        env_id="rg:sums-1digit-train",  # 57 of the 121 sums of two numbers 0-10; the other 64 are held out
+        eval_env_id="rg:sums-1digit-test",
+        eval_every=10,
+        template="chat",  # the prompt format SmolLM2 was tuned on
+        learning_rate=5e-4,
         max_tokens=16,
-        batch_size=32,
-        num_env=16,
-        warmup_steps=4,
+        num_env=64,
+        batch_size=64,
+        group_size=8,  # 8 problems a step, 8 answers each
+        advantage="grpo",
+        warmup_steps=4,  # 4 x 32 of its own answers, re-formatted
+        warmup_batch_size=32,
         warmup_learning_rate=1e-3,
-        max_steps=20,
+        warmup_data="own_answers",
+        max_steps=40,
     ),
 }
 

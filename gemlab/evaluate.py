@@ -5,7 +5,9 @@ a base model, a warmed-up one and a trained one all face the same secret numbers
 each turn's sampling seed is fixed too, so evaluating the same weights twice gives the same
 result. Independent of the Trainer's rollouts: it plays whole episodes with ``collect_episode``
 on any sampling client, concurrently (the local backend batches them). ``evaluate_trainer`` plays
-them with a Trainer's current weights (a notebook's or a benchmark's before/after).
+them with a Trainer's current weights (a notebook's or a benchmark's before/after); a Trainer with
+``eval_every`` plays them during the run. ``eval_env_id`` can name a held-out split
+(``rg:sums-1digit-test``), so the score is on problems the run never trained on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, Prompting, collect_episode
 from gemlab.seeds import derive_seed
+from gemlab.templates import Template
 
 EVAL_SEED = 10_000  # far from the small seeds training runs use
 NUM_GAMES = 64
@@ -89,16 +92,26 @@ async def evaluate_async(
     )
 
 
-def evaluate_trainer(trainer: Any, num_games: int = NUM_GAMES, *, progress: Any = None) -> EvalResult:
-    """The fixed set played by a ``gemlab.Trainer``'s current weights, with its config's env,
-    template, ``max_tokens``, temperature and wrappers; blocks until the games end."""
-    config = trainer.config
+async def evaluate_client(
+    training_client: Any, tokenizer: Any, template: Template, config: Any, num_games: int | None = None, *, progress: Any = None
+) -> EvalResult:
+    """The fixed set played by ``training_client``'s current weights with ``config``'s evaluation
+    env (``eval_env_id``, else ``env_id``), ``eval_games`` (unless ``num_games``), template,
+    ``max_tokens``, temperature and wrappers."""
+    sampler = await training_client.save_weights_and_get_sampling_client()
+    return await evaluate_async(
+        sampler, Prompting(tokenizer, template, config.max_tokens, config.temperature),
+        env_id=config.eval_env_id or config.env_id, num_games=num_games or config.eval_games,
+        env_wrappers=config.env_wrappers, progress=progress,
+    )  # fmt: skip
 
-    async def run() -> EvalResult:
-        sampler = await trainer.training_client.save_weights_and_get_sampling_client()
-        return await evaluate_async(
-            sampler, Prompting(trainer.tokenizer, trainer.template, config.max_tokens, config.temperature),
-            env_id=config.env_id, num_games=num_games, env_wrappers=config.env_wrappers, progress=progress,
-        )  # fmt: skip
 
-    return trainer.run_on_loop(run())
+def evaluate_trainer(trainer: Any, num_games: int | None = None, *, progress: Any = None) -> EvalResult:
+    """``evaluate_client`` with a ``gemlab.Trainer``'s current weights; blocks until the games end."""
+    return trainer.run_on_loop(evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress))
+
+
+def eval_metrics(result: EvalResult) -> dict[str, float]:
+    """An evaluation as a metrics row's ``eval/*`` fields: success with its Wilson 95% interval, mean return."""
+    low, high = result.interval95()
+    return {"eval/success": result.success, "eval/success_low": low, "eval/success_high": high, "eval/return": sum(result.returns) / len(result.returns)}

@@ -31,6 +31,7 @@ LABELS = {
     "time/step": "wall time per step (s)",
     "train/logprob_diff_abs": "mean |sampler - learner| logprob (nats)",
     "async/staleness_mean": "staleness (optimizer steps behind)",
+    "eval/success": "success on the fixed evaluation set",
 }
 #: The smallest y-range of a KL panel (nats): float noise of 1e-6 stays a flat line at 0.
 KL_MIN_SPAN = 0.01

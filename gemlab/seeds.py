@@ -16,6 +16,8 @@ Where each stream is used:
 - ``derive_seed(batch seed, round, group, 2)``: the problem a GRPO group shares;
 - ``derive_seed(seed, -1)``: Python's global ``random`` before the warm-up's scripted examples
   (``gemlab/warmup.py``; GEM's games draw from it, and an evaluation before would change them);
+  with ``warmup_data="own_answers"``, ``derive_seed(that, i)`` resets the env for problem ``i`` and
+  ``derive_seed(that, i, 1)`` samples the model's answer to it;
 - ``step_generator(seed, step)``: which transitions are trained on, and the minibatch order.
 """
 

@@ -11,6 +11,8 @@ a run needs around it:
   process: locked while a Trainer holds it; a step is all-or-nothing (an interrupt during sampling
   rolls it back, one during the update lets it finish), so weights, optimizer, metrics and step
   counter always agree; resume starts from the newest intact checkpoint;
+- **a fixed evaluation during the run** (``eval_every``): the held-out set of ``eval_env_id``,
+  played after the step's update and logged in that step's row as ``eval/*``;
 - **an event loop of its own** on a daemon thread: ``step()`` and ``run()`` work in scripts and in
   Jupyter alike, and ``await trainer.astep()`` works from any other loop (the step still runs on
   the Trainer's, where its clients and queues live).
@@ -38,6 +40,7 @@ from gemlab.backend import get_service_client, resolve_backend, served_models
 from gemlab.config import Config
 from gemlab.envs import check_env_id, make_envs, wrapper_names
 from gemlab.episodes import RolloutBatch, Transition
+from gemlab.evaluate import eval_metrics, evaluate_client
 from gemlab.metrics import DROP_RATE_WARNING
 from gemlab.run_folder import RunFolder
 from gemlab.sampling_ahead import AheadSampler
@@ -153,6 +156,8 @@ class Trainer:
 
     def __init__(self, config: Config, *, service_client: Any = None, progress: bool = True) -> None:
         check_env_id(config.env_id)  # bad input fails here, before anything is created
+        if config.eval_env_id:
+            check_env_id(config.eval_env_id)
         wrapper_names(config.env_wrappers)
         check_wandb(config.wandb_project)
         self.config = config
@@ -257,6 +262,10 @@ class Trainer:
                 stacklevel=2,
             )
         self.step_index += 1
+        if self.config.eval_every > 0 and self.step_index % self.config.eval_every == 0:  # the weights after this step
+            start = time.time()
+            result.metrics.update(eval_metrics(await evaluate_client(self.training_client, self.tokenizer, self.template, self.config)))
+            result.metrics["time/eval"] = time.time() - start
         self._log(result.metrics)
         self._mid_update = False
         if self.config.save_every > 0 and self.step_index % self.config.save_every == 0:

@@ -1,15 +1,27 @@
 """Supervised warm-up (SFT) before RL, through the backend's own ``cross_entropy`` loss.
 
-A randomly initialised model never writes a valid action, so RL would see only format errors.
-A few cross-entropy steps on scripted actions teach the format (SFT teaches the rules; RL then
-teaches the strategy). The scripted actions come from the env itself: GEM games provide
-``sample_random_action()``, which answers in the expected ``\\boxed{...}`` form. The laptop
-preset's ``gemlab/tiny`` is pretrained and needs none; ``gemlab/tiny-random`` (notebook 02) does.
+A model that never writes a valid action gives RL only format errors to learn from. A few
+cross-entropy steps teach the format (SFT teaches the rules; RL then teaches the strategy). Where
+the examples come from is ``config.warmup_data``:
+
+- ``"scripted"``: the env's own player. GEM games provide ``sample_random_action()``, which
+  answers in the expected ``\\boxed{...}`` form; ``gemlab/tiny-random`` (notebook 02) learns the
+  format this way.
+- ``"own_answers"``: the model's own answers, re-formatted. Each problem is asked in the
+  tokenizer's chat template (``OWN_TOKENS`` tokens, temperature 1); the last integer the model
+  wrote becomes the target ``\\boxed{N}``, and an answer without one is skipped. No ground truth
+  is used, so any env whose answers are integers works, including reasoning-gym tasks, which have
+  no scripted player. SmolLM2 adds, but explains instead of answering in the format: this
+  teaches it the format and leaves its arithmetic (right or wrong) as it was.
+
+The laptop preset's ``gemlab/tiny`` is pretrained and needs no warm-up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+import re
 import sys
 from typing import Any, Sequence
 
@@ -17,12 +29,14 @@ from tinker import types
 from tqdm import tqdm
 
 from gemlab.datums import supervised_datum
-from gemlab.episodes import end_of_turn_ids, play_episode_now
+from gemlab.episodes import Prompting, end_of_turn_ids, llm_policy, play_episode_now
 from gemlab.seeds import derive_seed
 from gemlab.step import adam_params
-from gemlab.templates import Template
+from gemlab.templates import Template, get_template
 
 WARMUP_STREAM = -1  # derive_seed(seed, -1): the warm-up's stream (gemlab/seeds.py lists them all)
+OWN_TOKENS = 48  # room for a short explanation and its number
+INTEGER = re.compile(r"-?\d+")
 
 
 def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int) -> list[types.Datum]:
@@ -41,19 +55,62 @@ def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, c
     return datums
 
 
+def boxed_last_integer(text: str) -> str | None:
+    """``\\boxed{N}`` for the last integer ``N`` in ``text``; ``None`` when it has none."""
+    numbers = INTEGER.findall(text)
+    return f"\\boxed{{{int(numbers[-1])}}}" if numbers else None
+
+
+async def own_answer_examples(
+    training_client: Any, envs: Sequence[Any], tokenizer: Any, template: Template, count: int, *, seed: int
+) -> list[types.Datum]:
+    """``count`` (prompt, ``\\boxed{N}``) datums from the current weights' own answers: problem
+    ``i`` is the first observation of an env reset with ``derive_seed(seed, i)``, answered in the
+    chat template; the datum's prompt is ``template``'s. Gives up after ``4 * count`` problems."""
+    sampler = await training_client.save_weights_and_get_sampling_client()
+    asking = Prompting(tokenizer, get_template("chat"), OWN_TOKENS, temperature=1.0)
+    end = end_of_turn_ids(tokenizer)[:1]
+
+    async def example(index: int) -> types.Datum | None:
+        observation, _ = envs[index % len(envs)].reset(seed=derive_seed(seed, index))
+        action = await llm_policy(sampler, asking, seed=derive_seed(seed, index, 1))(observation)
+        target = boxed_last_integer(tokenizer.decode(action.act_tokens, skip_special_tokens=True))
+        if target is None:
+            return None
+        return supervised_datum(template.render(observation, tokenizer), list(tokenizer.encode(target, add_special_tokens=False)) + end)
+
+    datums: list[types.Datum] = []
+    asked = 0
+    while len(datums) < count and asked < 4 * count:
+        wanted = count - len(datums)
+        found = await asyncio.gather(*(example(asked + i) for i in range(wanted)))  # the backend batches them
+        datums.extend(d for d in found if d is not None)
+        asked += wanted
+    if len(datums) < count:
+        raise ValueError(f"warmup_data='own_answers': the model wrote a number in only {len(datums)} of {asked} answers; use another warm-up")
+    return datums
+
+
 async def warmup_async(
     training_client: Any, tokenizer: Any, envs: Sequence[Any], template: Template, config: Any, *, progress: Any = True
 ) -> list[float]:
-    """``config.warmup_steps`` cross-entropy steps of ``config.batch_size`` examples; returns the
+    """``config.warmup_steps`` cross-entropy steps of ``warmup_batch_size`` (else ``batch_size``) examples; returns the
     mean loss per answer token at each step. ``progress``: ``True`` for a bar of its own, ``False``
     for none, or a tqdm bar to advance by one a step (a notebook's text bar)."""
     random.seed(derive_seed(config.seed, WARMUP_STREAM))  # GEM's scripted answers draw from the global random
     own_bar = isinstance(progress, bool)
     # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
     bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress, file=sys.stdout) if own_bar else progress
+    per_step = config.warmup_batch_size or config.batch_size
+    if config.warmup_data == "own_answers":  # all asked of the model as it was before the warm-up
+        bar.set_postfix_str(f"the model answers {config.warmup_steps * per_step} problems")
+        examples = await own_answer_examples(training_client, envs, tokenizer, template, config.warmup_steps * per_step, seed=derive_seed(config.seed, WARMUP_STREAM))
     losses: list[float] = []
-    for _ in range(config.warmup_steps):
-        datums = scripted_examples(envs, tokenizer, template, config.batch_size)
+    for index in range(config.warmup_steps):
+        if config.warmup_data == "own_answers":
+            datums = examples[index * per_step : (index + 1) * per_step]
+        else:
+            datums = scripted_examples(envs, tokenizer, template, per_step)
         backward = training_client.forward_backward(datums, "cross_entropy")
         optim = training_client.optim_step(adam_params(config.warmup_learning_rate))
         result = await backward.result_async()

@@ -40,4 +40,6 @@ def test_smollm2_preset_validates():
     config = make_config("smollm2")
     assert config.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct" and config.backend == "local"
     assert config.warmup_steps > 0  # SmolLM2 never writes \\boxed{} at base: RL alone sees no reward
+    assert config.warmup_data == "own_answers"  # reasoning-gym tasks have no scripted player
+    assert (config.env_id, config.eval_env_id) == ("rg:sums-1digit-train", "rg:sums-1digit-test")  # scored on held-out sums
     assert config_from_argv(["preset=smollm2", "seed=2"]).seed == 2

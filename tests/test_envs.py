@@ -40,3 +40,28 @@ def test_importing_gemlab_leaves_the_root_logger_alone():
     assert done.returncode == 0, done.stderr
     assert "HTTP Request" not in done.stderr + done.stdout
     assert "Retrying" not in done.stderr + done.stdout
+
+
+def test_the_sums_split_holds_out_64_questions_by_unordered_pair():
+    import gem
+
+    train, test = (gem.make(f"rg:sums-1digit-{side}", seed=0, use_mp=False) for side in ("train", "test"))
+    pair = lambda item: frozenset(item["metadata"]["expression"].split(" + "))  # noqa: E731
+    assert len(test.items) == 64 and len(train.items) == 57  # all 121 sums of two numbers 0-10
+    assert {pair(i) for i in train.items}.isdisjoint(pair(i) for i in test.items)  # 3 + 5 and 5 + 3 on one side
+    questions = [test.reset(seed=10_000 + i)[0] for i in range(64)]  # gemlab.evaluate's reset seeds
+    assert len(set(questions)) == 64
+    observation, _ = train.reset(seed=3)
+    _, right, *_ = train.step(f"so \\boxed{{{train.data['answer']}}}")
+    train.reset(seed=3)
+    _, wrong, *_ = train.step("\\boxed{99}")
+    assert observation.startswith("Calculate ") and (right, wrong) == (1.0, 0.0)
+
+
+def test_the_preset_trains_on_377_sums_up_to_20_and_none_of_the_held_out_ones():
+    import gem
+
+    train, test = gem.make("rg:sums-to20-train", seed=0, use_mp=False), gem.make("rg:sums-1digit-test", seed=0, use_mp=False)
+    questions = {item["question"] for item in train.items}
+    assert len(questions) == 21 * 21 - 64 and questions.isdisjoint(item["question"] for item in test.items)
+    assert "Calculate 20 + 13." in questions and all(str(eval(i["metadata"]["expression"])) == i["answer"] for i in train.items)

@@ -59,3 +59,31 @@ def test_a_trainer_plays_the_same_set_and_keeps_the_games(tmp_path):
     assert result.wins == direct.wins and result.returns == direct.returns
     assert [e.won for e in result.episodes] == result.wins and [e.env_index for e in result.episodes] == list(range(6))
     assert "episodes" not in result.to_dict()
+
+
+def test_a_trainer_evaluates_every_n_steps_on_the_held_out_split(tmp_path):
+    config = make_config(
+        "laptop", log_dir=str(tmp_path), run_name="every", env_id="rg:sums-1digit-train", eval_env_id="rg:sums-1digit-test",
+        template="qwen3_general", eval_every=2, eval_games=6, max_steps=2, num_env=4, batch_size=8,
+    )  # fmt: skip
+    with Trainer(config, progress=False) as trainer:
+        first, second = trainer.step(), trainer.step()
+        direct = evaluate_trainer(trainer)  # the same weights, the same held-out problems
+    assert not any(key.startswith("eval/") for key in first)
+    assert second["eval/success"] == direct.success and len(direct.wins) == 6
+    assert second["eval/success_low"] <= second["eval/success"] <= second["eval/success_high"]
+    assert {e.transitions[0].observation.strip() for e in direct.episodes} <= {item["question"] for item in _test_side()}
+
+
+def test_an_unknown_eval_env_is_refused_before_any_file(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="Unknown GEM env id 'rg:sums-1digit-tset'"):
+        Trainer(make_config("laptop", log_dir=str(tmp_path), eval_env_id="rg:sums-1digit-tset"), progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _test_side() -> list[dict]:
+    import gem
+
+    return gem.make("rg:sums-1digit-test", seed=0, use_mp=False).items

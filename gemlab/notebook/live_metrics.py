@@ -108,8 +108,11 @@ class LiveMetrics:
         frame = pd.DataFrame(self.rows)
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
         for ax, metric in zip(axes[0], self.metrics):
-            if metric in frame:
-                ax.plot(frame["step"], frame[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
+            if metric in frame:  # a metric logged every N steps (eval/*) is drawn where it was logged
+                points = frame.dropna(subset=[metric])
+                ax.plot(points["step"], points[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
+                if f"{metric}_low" in points:  # its 95% interval
+                    ax.fill_between(points["step"], points[f"{metric}_low"], points[f"{metric}_high"], alpha=0.2)
             label = self.labels.get(metric, metric)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("training step")

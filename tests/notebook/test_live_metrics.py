@@ -4,6 +4,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import pytest
+
 from gemlab.notebook import live_metrics
 from gemlab.notebook.redraw import RedrawBudget
 
@@ -33,3 +35,16 @@ def test_live_metrics_skips_redraws_it_cannot_afford_but_always_draws_the_last_s
     assert drawn == [4]
     live.rows = live.rows[:2]
     assert "step 2/4, about 4 s left" in live.figure()._suptitle.get_text()  # median step time x steps left
+
+
+def test_a_metric_logged_every_n_steps_is_drawn_where_it_was_logged_with_its_interval():
+    live = live_metrics.LiveMetrics(["sampler/success_rate", "eval/success"], total=4)
+    for step in range(4):
+        row = {"step": step, "sampler/success_rate": 0.1 * step}
+        if step % 2:  # eval_every=2: rows 1 and 3 carry the evaluation
+            row.update({"eval/success": 0.2 * step, "eval/success_low": 0.1 * step, "eval/success_high": 0.3 * step})
+        live.update(row)
+    evaluation = live.figure().axes[1]
+    assert evaluation.lines[0].get_xydata().tolist() == [[1.0, 0.2], [3.0, 0.6000000000000001]]  # no gaps, no NaN
+    band = evaluation.collections[0].get_paths()[0].vertices
+    assert band[:, 1].min() == pytest.approx(0.1) and band[:, 1].max() == pytest.approx(0.9)

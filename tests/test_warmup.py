@@ -1,0 +1,88 @@
+"""The warm-up's label-free examples: the model's own answers, last integer re-written as \\boxed{N}."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from gemlab import Trainer, make_config
+from gemlab.envs import make_envs
+from gemlab.local.models import load_tokenizer
+from gemlab.templates import get_template
+from gemlab.warmup import boxed_last_integer, own_answer_examples
+
+
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("4 + 3 equals 7.", "\\boxed{7}"),
+        ("First 12, then -3 is the answer", "\\boxed{-3}"),
+        ("Sure! \\boxed{05}", "\\boxed{5}"),
+        ("I cannot compute that.", None),
+    ],
+)
+def test_the_last_integer_becomes_the_target(text, target):
+    assert boxed_last_integer(text) == target
+
+
+class _Answers:
+    """A sampling client that answers the n-th prompt with ``texts[n % len(texts)]`` (and records the prompts)."""
+
+    def __init__(self, tokenizer, texts):
+        self.tokenizer, self.texts, self.prompts = tokenizer, texts, []
+
+    async def sample(self, prompt, num_samples, sampling_params):
+        text = self.texts[len(self.prompts) % len(self.texts)]
+        self.prompts.append(prompt.to_ints())
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+        return SimpleNamespace(sequences=[SimpleNamespace(tokens=tokens, logprobs=[0.0] * len(tokens), stop_reason="stop")])
+
+
+def _training_client(answers: _Answers) -> SimpleNamespace:
+    """A training client whose weights' sampler is ``answers``."""
+
+    async def save_weights_and_get_sampling_client():
+        return answers
+
+    return SimpleNamespace(save_weights_and_get_sampling_client=save_weights_and_get_sampling_client)
+
+
+def test_own_answers_are_asked_in_the_chat_template_and_trained_in_the_runs():
+    tokenizer = load_tokenizer("gemlab/tiny")
+    answers = _Answers(tokenizer, ["It is 3 + 4 = 7.", "no idea", "The answer: 12"])
+    training = _training_client(answers)
+    envs = make_envs("rg:sums-1digit-train", 2, seed=0)
+    template = get_template("qwen3_general")
+    datums = asyncio.run(own_answer_examples(training, envs, tokenizer, template, 4, seed=1))
+    assert len(datums) == 4 and len(answers.prompts) == 6  # "no idea" has no number: asked again
+    asked = tokenizer.decode(answers.prompts[0])
+    assert asked.startswith("<|im_start|>user\nCalculate ") and asked.endswith("<|im_start|>assistant\n")
+    targets = []
+    for datum in datums:
+        tokens = datum.model_input.to_ints() + [int(datum.loss_fn_inputs["target_tokens"].to_torch()[-1])]
+        weights = datum.loss_fn_inputs["weights"].to_torch().tolist()
+        trained = [t for t, w in zip(tokens[1:], weights) if w > 0]
+        targets.append(tokenizer.decode(trained, skip_special_tokens=True))
+        assert tokenizer.decode(tokens).startswith(template.render_text("x")[:20])  # the run's template, not the chat one
+    assert targets == ["\\boxed{7}", "\\boxed{12}", "\\boxed{7}", "\\boxed{12}"]
+
+
+def test_a_model_that_never_writes_a_number_is_told_in_one_line():
+    tokenizer = load_tokenizer("gemlab/tiny")
+    training = _training_client(_Answers(tokenizer, ["no idea"]))
+    with pytest.raises(ValueError, match="wrote a number in only 0 of 12 answers"):
+        asyncio.run(own_answer_examples(training, make_envs("rg:sums-1digit-train", 1), tokenizer, get_template("chat"), 3, seed=0))
+
+
+def test_a_run_warms_up_on_its_own_answers_without_a_scripted_player(tmp_path):
+    config = make_config(
+        "laptop", log_dir=str(tmp_path), run_name="own", env_id="rg:sums-1digit-train", template="qwen3_general",
+        warmup_data="own_answers", warmup_steps=2, warmup_batch_size=4, num_env=4, batch_size=8, max_steps=1,
+    )  # fmt: skip
+    with Trainer(config, progress=False) as trainer:
+        losses = trainer.warmup()
+        trainer.step()
+    assert len(losses) == 2 and all(loss > 0 for loss in losses)
+    assert (tmp_path / "own" / "warmup.jsonl").read_text().count("\n") == 2
