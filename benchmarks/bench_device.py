@@ -43,7 +43,7 @@ from gemlab.trainer import Trainer
 
 QWEN3_NAME = "gemlab-bench/Qwen3-random"
 SHAPE_NAME = "gemlab-bench/SmolLM2-random"
-SINGLE_TURN = [  # issue 29's single-turn recipe on SmolLM2
+SINGLE_TURN = [  # a single-turn SmolLM2 step of 64 episodes (step times only; preset=smollm2 is the learning recipe)
     "preset=smollm2", "env_id=rg:sums-1digit", "template=chat", "max_tokens=16", "num_env=64", "batch_size=64",
     "group_size=8", "advantage=grpo", "learning_rate=5e-4", "warmup_steps=0",
 ]

@@ -62,7 +62,7 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
         print(f"seed {seed} step {trainer.step_index:3d} rollout {metrics['sampler/success_rate']:.2f}{held} "
               f"step {metrics['time/step']:.0f} s (sample {metrics['time/sample']:.0f}, train {metrics['time/train']:.0f}) "
               f"wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
-    if "eval/success" not in trainer.history[-1]:  # the budget ended between evaluations
+    if not trainer.history or "eval/success" not in trainer.history[-1]:  # the budget ended between evaluations
         record["final"] = {**eval_metrics(evaluate_trainer(trainer)), "step": trainer.step_index}
     record["wall_s"] = time.time() - start
     record["load_end"] = os.getloadavg()[0]

@@ -259,6 +259,11 @@ class Config:
             raise ValueError(f"group_size must divide num_env ({self.num_env}), got {self.group_size}")
         if self.advantage == "grpo" and self.group_size < 2:
             raise ValueError("advantage='grpo' compares episodes of one problem: set group_size >= 2")
+        if self.eval_every > 0 and self.max_staleness > 0:
+            raise ValueError(
+                "eval_every needs max_staleness=0: an evaluation while the next batch is sampled ahead would change that "
+                "batch's problems (GEM's envs share Python's global random); evaluate between steps with gemlab.evaluate_trainer"
+            )
         if self.warmup_batch_size is not None and self.warmup_batch_size < 1:
             raise ValueError(f"warmup_batch_size must be positive (or None for batch_size), got {self.warmup_batch_size}")
         if self.num_minibatches > self.batch_size:
@@ -450,7 +455,7 @@ def help_text() -> str:
         "",
         "Trains GEM's REINFORCE + ReBN loop; writes <log_dir>/<run_name>/ and resumes a run found there.",
         f"presets: gem (GEM's defaults), laptop ({', '.join(f'{k}={v}' for k, v in LAPTOP.items())}), "
-        "smollm2 (laptop on SmolLM2-135M-Instruct with an SFT warm-up)",
+        "smollm2 (SmolLM2-135M-Instruct on sums, scored on held-out sums: a warm-up on its own answers, then GRPO)",
         "",
         "keys (default):",
     ]

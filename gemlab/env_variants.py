@@ -37,8 +37,14 @@ PRODUCTS_1DIGIT = "rg:products-1digit"
 SUMS_1DIGIT = "rg:sums-1digit"
 SUMS_TRAIN, SUMS_TEST = f"{SUMS_1DIGIT}-train", f"{SUMS_1DIGIT}-test"
 SUMS_TO20_TRAIN = "rg:sums-to20-train"
-ANSWERS = {PRODUCTS_1DIGIT: range(0, 82), SUMS_1DIGIT: range(0, 21), SUMS_TRAIN: range(0, 21), SUMS_TEST: range(0, 21), SUMS_TO20_TRAIN: range(0, 41)}
-HELD_OUT = 64  # questions on the test side of the sums split  # every right answer of each task lies here
+HELD_OUT = 64  # questions on the test side of the sums split
+ANSWERS = {  # every right answer of each task lies here
+    PRODUCTS_1DIGIT: range(0, 82),
+    SUMS_1DIGIT: range(0, 21),
+    SUMS_TRAIN: range(0, 21),
+    SUMS_TEST: range(0, 21),
+    SUMS_TO20_TRAIN: range(0, 41),
+}
 
 
 class OneDigitTaskEnv(ReasoningGymEnv):
@@ -78,8 +84,9 @@ class OneDigitSumsEnv(OneDigitTaskEnv):
 
 
 def sums_split(dataset: Any, side: str) -> list[dict[str, Any]]:
-    """One side (``"train"`` or ``"test"``) of the 121 sums, as reasoning-gym items in a fixed order.
-    Unordered pairs are shuffled with a fixed seed and dealt to the test side until it holds
+    """One side (``"train"`` or ``"test"``) of the 121 sums, as reasoning-gym items: the test side in
+    a fixed order, the train side in the order ``dataset`` (made from the env's seed) first yields
+    them, so a run's problems follow from its seed. Unordered pairs are shuffled with a fixed seed and dealt to the test side until it holds
     ``HELD_OUT`` questions; the rest are the train side."""
     items: dict[str, dict[str, Any]] = {}
     index = 0

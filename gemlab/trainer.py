@@ -261,11 +261,9 @@ class Trainer:
                 f"({batch.errors[0]}); the episode metrics lean towards short games",
                 stacklevel=2,
             )
+        if self.config.eval_every > 0 and (self.step_index + 1) % self.config.eval_every == 0:  # the weights after this step
+            result.metrics.update(await self._evaluate())
         self.step_index += 1
-        if self.config.eval_every > 0 and self.step_index % self.config.eval_every == 0:  # the weights after this step
-            start = time.time()
-            result.metrics.update(eval_metrics(await evaluate_client(self.training_client, self.tokenizer, self.template, self.config)))
-            result.metrics["time/eval"] = time.time() - start
         self._log(result.metrics)
         self._mid_update = False
         if self.config.save_every > 0 and self.step_index % self.config.save_every == 0:
@@ -355,6 +353,17 @@ class Trainer:
         losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=bar)
         self.folder.log_warmup(losses)
         return losses
+
+    async def _evaluate(self) -> dict[str, float]:
+        """``eval/*`` of the current weights on the config's evaluation set; a failed evaluation is
+        a warning, never a lost step (the step's row is logged without it)."""
+        start = time.time()
+        try:
+            metrics = eval_metrics(await evaluate_client(self.training_client, self.tokenizer, self.template, self.config))
+        except Exception as error:  # an env or sampler error in the evaluation must not cost the update
+            warnings.warn(f"step {self.step_index}: the evaluation failed ({error!r}); the step is logged without eval/*", stacklevel=2)
+            return {}
+        return {**metrics, "time/eval": time.time() - start}
 
     async def _save_checkpoint(self) -> str:
         if self.checkpoints and self.checkpoints[-1]["step"] == self.step_index:

@@ -42,4 +42,6 @@ def test_smollm2_preset_validates():
     assert config.warmup_steps > 0  # SmolLM2 never writes \\boxed{} at base: RL alone sees no reward
     assert config.warmup_data == "own_answers"  # reasoning-gym tasks have no scripted player
     assert (config.env_id, config.eval_env_id) == ("rg:sums-1digit-train", "rg:sums-1digit-test")  # scored on held-out sums
+    with pytest.raises(ValueError, match="eval_every needs max_staleness=0"):
+        make_config("smollm2", max_staleness=1)
     assert config_from_argv(["preset=smollm2", "seed=2"]).seed == 2

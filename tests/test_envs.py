@@ -58,7 +58,7 @@ def test_the_sums_split_holds_out_64_questions_by_unordered_pair():
     assert observation.startswith("Calculate ") and (right, wrong) == (1.0, 0.0)
 
 
-def test_the_preset_trains_on_377_sums_up_to_20_and_none_of_the_held_out_ones():
+def test_sums_to20_holds_377_sums_and_none_of_the_held_out_ones():
     import gem
 
     train, test = gem.make("rg:sums-to20-train", seed=0, use_mp=False), gem.make("rg:sums-1digit-test", seed=0, use_mp=False)

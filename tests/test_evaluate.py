@@ -61,18 +61,42 @@ def test_a_trainer_plays_the_same_set_and_keeps_the_games(tmp_path):
     assert "episodes" not in result.to_dict()
 
 
-def test_a_trainer_evaluates_every_n_steps_on_the_held_out_split(tmp_path):
-    config = make_config(
-        "laptop", log_dir=str(tmp_path), run_name="every", env_id="rg:sums-1digit-train", eval_env_id="rg:sums-1digit-test",
-        template="qwen3_general", eval_every=2, eval_games=6, max_steps=2, num_env=4, batch_size=8,
+def test_a_trainer_evaluates_every_n_steps_on_its_evaluation_env(tmp_path):
+    config = make_config(  # trains on 1-10, scored on 1-20: returns that tell the two sets (and weights) apart
+        "laptop", log_dir=str(tmp_path), run_name="every", eval_env_id="game:GuessTheNumber-v0-1to20", eval_every=2, eval_games=6,
+        max_steps=2, num_env=4, batch_size=8,
     )  # fmt: skip
     with Trainer(config, progress=False) as trainer:
         first, second = trainer.step(), trainer.step()
-        direct = evaluate_trainer(trainer)  # the same weights, the same held-out problems
+        direct = evaluate_trainer(trainer)  # the same weights, the same games
     assert not any(key.startswith("eval/") for key in first)
-    assert second["eval/success"] == direct.success and len(direct.wins) == 6
-    assert second["eval/success_low"] <= second["eval/success"] <= second["eval/success_high"]
-    assert {e.transitions[0].observation.strip() for e in direct.episodes} <= {item["question"] for item in _test_side()}
+    assert second["eval/return"] == sum(direct.returns) / 6 and second["eval/success"] == direct.success
+    assert second["eval/success_low"] <= second["eval/success"] <= second["eval/success_high"] and second["time/eval"] > 0
+    assert all("between 1 and 20" in e.transitions[0].observation for e in direct.episodes)
+
+
+def test_the_held_out_split_is_what_the_evaluation_plays(tmp_path):
+    config = make_config("laptop", log_dir=str(tmp_path), env_id="rg:sums-1digit-train", eval_env_id="rg:sums-1digit-test", template="qwen3_general")
+    with Trainer(config, progress=False) as trainer:
+        result = evaluate_trainer(trainer, 64)
+    assert sorted(e.transitions[0].observation.strip() for e in result.episodes) == sorted(i["question"] for i in _test_side())
+
+
+def test_a_failed_evaluation_is_a_warning_and_the_step_is_kept(tmp_path, monkeypatch):
+    import pytest
+
+    import gemlab.trainer
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("sampler gone")
+
+    monkeypatch.setattr(gemlab.trainer, "evaluate_client", broken)
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="broken", eval_every=1, max_steps=1, num_env=4, batch_size=8)
+    with Trainer(config, progress=False) as trainer:
+        with pytest.warns(UserWarning, match="the evaluation failed.*sampler gone"):
+            metrics = trainer.step()
+        assert trainer.step_index == 1 and trainer.consistent and "eval/success" not in metrics
+    assert (tmp_path / "broken" / "metrics.jsonl").read_text().count("\n") == 1
 
 
 def test_an_unknown_eval_env_is_refused_before_any_file(tmp_path):
