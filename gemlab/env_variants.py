@@ -84,10 +84,11 @@ class OneDigitSumsEnv(OneDigitTaskEnv):
 
 
 def sums_split(dataset: Any, side: str) -> list[dict[str, Any]]:
-    """One side (``"train"`` or ``"test"``) of the 121 sums, as reasoning-gym items: the test side in
-    a fixed order, the train side in the order ``dataset`` (made from the env's seed) first yields
-    them, so a run's problems follow from its seed. Unordered pairs are shuffled with a fixed seed and dealt to the test side until it holds
-    ``HELD_OUT`` questions; the rest are the train side."""
+    """One side (``"train"`` or ``"test"``) of the 121 sums, as reasoning-gym items: the test side
+    in a fixed order, the train side in the order ``dataset`` (made from the env's seed) first
+    yields them, so a run's problems follow from its seed. Unordered pairs are shuffled with a
+    fixed seed and dealt to the test side until it holds ``HELD_OUT`` questions; the rest are the
+    train side."""
     items: dict[str, dict[str, Any]] = {}
     index = 0
     while len(items) < 121:  # the procedural set repeats questions; the first ~600 items hold all 121
@@ -141,9 +142,11 @@ class SumsTo20TrainEnv(SplitSumsEnv):
     """Every sum of two numbers 0-20 but the held-out one-digit ones (377 questions), in
     reasoning-gym's form ("Calculate 13 + 7.", graded by ``basic_arithmetic``'s scorer)."""
 
+    SIDE = "test"  # what the split leaves out; replaced below by the sums trained on
+
     def __init__(self, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
         super().__init__(size=size, seed=seed)
-        held = {item["question"] for item in sums_split(self.ds, "test")}
+        held = {item["question"] for item in self.items}
         self.items = [
             {"question": question, "answer": str(a + b), "metadata": {"expression": f"{a} + {b}"}}
             for a in range(21)

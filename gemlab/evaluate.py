@@ -108,7 +108,8 @@ async def evaluate_client(
 
 def evaluate_trainer(trainer: Any, num_games: int | None = None, *, progress: Any = None) -> EvalResult:
     """``evaluate_client`` with a ``gemlab.Trainer``'s current weights; blocks until the games end."""
-    return trainer.run_on_loop(evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress))
+    playing = evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress)
+    return trainer.run_on_loop(playing)
 
 
 def eval_metrics(result: EvalResult) -> dict[str, float]:
