@@ -19,13 +19,13 @@ import asyncio
 import importlib.util
 import json
 import os
-import platform
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from gemlab.config import make_config
+from gemlab.doctor import cpu_name
 from gemlab.local import TINY_CHAT, LocalServiceClient
 from gemlab.local.models import model_source
 from gemlab.serve import BackgroundServer, SamplerSlot, create_app
@@ -68,15 +68,6 @@ def run(seed: int, steps: int, staleness: int, groups: int, group_size: int, lea
                 return await train(env, training, slot, config, steps=steps, groups_per_step=groups)
 
             return asyncio.run(loop())
-
-
-def cpu_name() -> str:
-    """The processor's model name (Linux), else its architecture."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.machine()
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.machine())
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gemlab.doctor import cpu_name  # noqa: E402
 from tests.helpers.http_server import ServerProcess, offline_server  # noqa: E402
 
 CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's program
@@ -100,13 +101,6 @@ def workshop(server: ServerProcess, clients: int, steps: int, timeout: float, wo
     print(f"  server alive at the end: {server.alive()}")
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux), for the figures' record."""
-    info = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in info.read_text().splitlines() if line.startswith("model name")] if info.exists() else []
-    return names[0] if names else "unknown CPU"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6, help="laptop-preset steps measured per side")
@@ -115,7 +109,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the workshop may take")
     parser.add_argument("--skip-laptop", action="store_true")
     args = parser.parse_args()
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     with offline_server() as (server, workdir):
         if not args.skip_laptop:

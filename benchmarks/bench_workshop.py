@@ -34,6 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gemlab.doctor import cpu_name  # noqa: E402
 from tests.helpers.http_server import ServerProcess, offline_server  # noqa: E402
 
 CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's program
@@ -165,8 +166,7 @@ def main() -> None:
     parser.add_argument("--client-steps", type=int, default=3, help="RL steps per client in the step-time run")
     parser.add_argument("--big", type=int, default=4, help="big requests queued by one key in the fairness run (0: no fairness run)")
     args = parser.parse_args()
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
-    print(f"CPU: {cpu}, {os.cpu_count()} cores; load average at start: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average at start: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     with offline_server("--keys", "30") as (server, workdir):
         watch = Watch(server.process.pid)
         try:

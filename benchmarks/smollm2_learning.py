@@ -26,17 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from gemlab.config import config_from_argv
+from gemlab.doctor import cpu_name
 from gemlab.evaluate import eval_metrics, evaluate_trainer
 from gemlab.run_folder import export_run, read_run
 from gemlab.trainer import Trainer
-
-
-def cpu_name() -> str:
-    """The CPU's model name, as ``/proc/cpuinfo`` says it (every speed figure names its machine)."""
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Path | None) -> dict:

@@ -115,6 +115,16 @@ class Report:
         self.problems.append(line)
 
 
+def cpu_name() -> str:
+    """The processor's model name as Linux reports it, else its architecture: every speed figure
+    names the machine it was measured on."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.machine()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.machine())
+
+
 def check_install(report: Report) -> bool:
     """Python and every requirement of gemlab (from its own package metadata) at a version it
     accepts; returns whether all are there."""
