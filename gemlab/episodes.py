@@ -160,9 +160,11 @@ def _relay(task: asyncio.Task, future: asyncio.Future) -> None:
 
 
 def end_of_turn_ids(tokenizer: Any) -> list[int]:
-    """Token ids that end an assistant turn: ``<|im_end|>`` where the vocabulary has it, else EOS."""
-    vocab = tokenizer.get_vocab()
-    ids = {vocab["<|im_end|>"]} if "<|im_end|>" in vocab else set()
+    """Token ids that end an assistant turn: ``<|im_end|>`` where the vocabulary has it, else EOS.
+    (Looked up by token, not through ``get_vocab``, which copies the whole vocabulary: 25 ms a call
+    for SmolLM2's, once per action.)"""
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids = {im_end} if im_end is not None and tokenizer.convert_ids_to_tokens(im_end) == "<|im_end|>" else set()
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return sorted(ids)

@@ -81,6 +81,7 @@ class Worker:
         self._last_round: dict[Hashable, int] = {}  # each lane's latest job's round
         self._round = 0  # the round of the job running now
         self._seq = 0
+        self._running = False
         self._thread = threading.Thread(target=self._run, name=f"gemlab-local-{role}", daemon=True)
         self._stopped = False
         self._stopping = False  # the worker's own: ``stop``'s marker has been sorted
@@ -96,6 +97,11 @@ class Worker:
             return future
         self._inbox.put((LANE.get() if lane is _CALLERS else lane, fn, future))
         return future
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is running or waiting (read from other threads: a hint, not a lock)."""
+        return self._running or bool(self._queued) or not self._inbox.empty()
 
     def on_worker_thread(self) -> bool:
         """True inside a job: waiting on another job from here would wait forever."""
@@ -126,10 +132,13 @@ class Worker:
                 return
             fn, future = job
             if future.set_running_or_notify_cancel():
+                self._running = True
                 try:
                     future.set_result(fn())
                 except BaseException as exc:  # handed to whoever waits on the future
                     future.set_exception(exc)
+                finally:
+                    self._running = False
             del job, fn, future  # drop references before waiting for the next job
 
     def _next(self) -> tuple[Callable[[], Any], Future[Any]] | None:
@@ -177,6 +186,12 @@ def get_worker(role: str = TRAINING) -> Worker:
             _workers[role] = Worker(role)
             atexit.register(_workers[role].stop)
         return _workers[role]
+
+
+def worker_busy(role: str) -> bool:
+    """Whether ``role``'s worker has work running or waiting (``False`` before it exists)."""
+    worker = _workers.get(role)
+    return worker is not None and worker.busy
 
 
 def on_a_worker_thread() -> bool:

@@ -38,7 +38,7 @@ from tinker import types
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from gemlab.local.futures import TRAINING, Worker, get_worker
+from gemlab.local.futures import SAMPLING, TRAINING, Worker, get_worker, worker_busy
 from gemlab.local.hf_models import cached_snapshot
 
 logger = logging.getLogger("gemlab.local")
@@ -105,19 +105,27 @@ class LoadedModel:
         return get_worker(self.role)
 
     @functools.cached_property
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
     def cpu_threads(self) -> int:
-        """Torch threads for this model on a CPU, per worker (the training and the sampling
-        worker may compute at once): ``$GEMLAB_THREADS``, else 1 for models under 50M parameters
-        (more threads only add synchronisation, and on a busy machine OpenMP's spinning makes
-        them 10-100x slower), else half the cores, at most 4, so the two workers split them."""
+        """Torch threads for this model's next pass on a CPU: ``$GEMLAB_THREADS``, else 1 for models
+        under 50M parameters (more threads only add synchronisation, and on a busy machine OpenMP's
+        spinning makes them 10-100x slower), else the cores (at most 4) while the other worker is
+        idle, as in the synchronous loop where sampling and training take turns, and half of them
+        while both compute at once (sampling ahead), so the two workers split the cores."""
         if os.environ.get(THREADS_ENV):
             return max(1, int(os.environ[THREADS_ENV]))
-        if sum(p.numel() for p in self.model.parameters()) < 50_000_000:
+        if self.parameter_count < 50_000_000:
             return 1
-        return max(1, min(4, (os.cpu_count() or 2) // 2))
+        cores = max(1, min(4, os.cpu_count() or 2))
+        other = SAMPLING if self.role == TRAINING else TRAINING
+        return max(1, cores // 2) if worker_busy(other) else cores
 
     def use_threads(self) -> None:
-        """Set torch's thread count for this model (process-wide; only the worker computes)."""
+        """Set torch's thread count for this model (per thread: only the worker computes); run
+        before every forward pass, so a pass takes the cores the other worker leaves free."""
         if self.device.type == "cpu" and torch.get_num_threads() != self.cpu_threads:
             torch.set_num_threads(self.cpu_threads)
 
@@ -286,9 +294,11 @@ def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedM
             model = build_model(name)
             model.requires_grad_(False)
             model.eval()
-            _models[key] = LoadedModel(
-                name=name, model=model.to(device), tokenizer=load_tokenizer(name), device=device, role=role
-            )
+            loaded = LoadedModel(name=name, model=model.to(device), tokenizer=load_tokenizer(name), device=device, role=role)
+            # on the body, which every pass calls as a module (PEFT calls the top model's forward directly)
+            body = getattr(model, model.base_model_prefix, model)
+            body.register_forward_pre_hook(lambda module, args: loaded.use_threads())
+            _models[key] = loaded
         return _models[key]
 
 

@@ -1,13 +1,14 @@
 """The prompt pass of a generation batch: every row's prompt into the KV cache, with the prefix
-that all rows share computed once.
+that all rows share computed once, and each distinct prompt once.
 
 Every env of a step renders the same template preamble (and, in a game, the same opening
 observation), so the rows of a batch often share tens to hundreds of leading tokens. Those run
 once, as a batch of one; the cache is then repeated for every row, and only each row's own
 suffix runs batched. Rows keep their own positions: a suffix is right-aligned after padding that
 the attention mask hides, so row ``i``'s tokens sit at positions ``0 .. len(prompt_i) - 1`` as
-they would alone. Results equal the plain left-padded pass up to float rounding (other matmul
-shapes); ``share=False`` is that plain pass.
+they would alone. Rows with the same prompt (the samples of one request, or a GRPO group's envs,
+which all show the same problem) run it once and share its cache. Results equal the plain
+left-padded pass up to float rounding (other matmul shapes); ``share=False`` is that plain pass.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ def prefill(
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the prompts; returns the KV cache, the last position's logits per row (float32), the
     attention mask so far and each row's next position."""
+    if share:
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        if len(distinct) < len(prompts):  # each distinct prompt once, then a cache row per prompt
+            cache, logits, mask, next_position = prefill(model, [list(p) for p in distinct], pad_id, share)
+            index = torch.as_tensor(row_of, device=model.device)
+            cache.reorder_cache(index)
+            return cache, logits[index], mask[index], next_position[index]
     device = model.device
     shared = shared_prefix_length(prompts) if share and len(prompts) > 1 else 0
     if shared < MIN_SHARED_TOKENS:

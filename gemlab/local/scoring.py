@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from gemlab.local.prefill import worth_sharing
-from gemlab.local.prefix_scoring import shared_scoring_length, target_logprobs_shared
+from gemlab.local.prefix_scoring import sharing_plan, target_logprobs_shared
 
 # Logits of one micro-batch stay under about this many floats (256 MB in float32), so a
 # 49k-token vocabulary (SmolLM2) trains on long sequences without running out of memory.
@@ -35,16 +35,23 @@ def micro_batches(lengths: Sequence[int], vocab_size: int) -> Iterator[list[int]
 def target_logprobs(
     model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
 ) -> list[torch.Tensor]:
-    """``log p(targets[i][t] | inputs[i][: t + 1])`` for each sequence, one forward pass; a 2-D
-    ``(N, K)`` target gives ``(N, K)`` logprobs.
+    """``log p(targets[i][t] | inputs[i][: t + 1])`` for each sequence; a 2-D ``(N, K)`` target
+    gives ``(N, K)`` logprobs. Gradients flow when grad mode is on. Prefixes that rows share run
+    once on models large enough for it to pay (``prefix_scoring.py``); the other rows run in one
+    plain pass."""
+    clusters = sharing_plan(inputs, targets) if worth_sharing(model) else []
+    logprobs = target_logprobs_shared(model, inputs, targets, pad_id, clusters) if any(c.shared for c in clusters) else {}
+    plain = [row for row in range(len(inputs)) if row not in logprobs]
+    if plain:
+        logprobs.update(zip(plain, _plain_logprobs(model, [inputs[r] for r in plain], [targets[r] for r in plain], pad_id)))
+    return [logprobs[row] for row in range(len(inputs))]
 
-    Sequences are right-padded: under a causal mask, padding after a token never changes it.
-    Gradients flow when grad mode is on. A prefix that every sequence shares runs once on models
-    large enough for it to pay (``prefix_scoring.py``).
-    """
-    shared = shared_scoring_length(inputs, targets) if worth_sharing(model) else 0
-    if shared:
-        return target_logprobs_shared(model, inputs, targets, pad_id, shared)
+
+def _plain_logprobs(
+    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
+) -> list[torch.Tensor]:
+    """``target_logprobs`` in one forward pass of right-padded rows (under a causal mask, padding
+    after a token never changes it)."""
     device = model.device
     lengths = [len(seq) for seq in inputs]
     width = max(lengths)

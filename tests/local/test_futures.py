@@ -155,3 +155,38 @@ def test_chained_work_keeps_the_lane_it_was_asked_in():
     assert ran == [("alice", 0), ("bob", "before"), ("alice", 1), ("bob", "chained")]
     first.stop()
     second.stop()
+
+
+def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypatch):
+    """The synchronous loop: sampling and training take turns, so each pass gets the cores
+    (at most 4); while the other worker has work, each takes half; $GEMLAB_THREADS wins."""
+    import torch
+
+    from gemlab.local import futures
+    from gemlab.local.models import THREADS_ENV, LoadedModel
+
+    lm = LoadedModel(name="big", model=torch.nn.Linear(1, 1), tokenizer=None, device=torch.device("cpu"), role=TRAINING)
+    lm.__dict__["parameter_count"] = 135_000_000
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    sampler = Worker(SAMPLING)
+    monkeypatch.setitem(futures._workers, SAMPLING, sampler)
+    assert lm.cpu_threads == 2
+    release = threading.Event()
+    running = sampler.submit(release.wait)
+    while not sampler.busy:  # the job is queued or running from here on
+        pass
+    assert lm.cpu_threads == 1
+    release.set()
+    running.result()
+    while sampler.busy:
+        release.wait(0.01)
+    assert lm.cpu_threads == 2
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert lm.cpu_threads == 4
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert lm.cpu_threads == 3
+    lm.__dict__["parameter_count"] = 400_000
+    monkeypatch.delenv(THREADS_ENV)
+    assert lm.cpu_threads == 1  # the tiny model: one thread, whatever the cores
+    sampler.stop()

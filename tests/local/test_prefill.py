@@ -63,3 +63,79 @@ def test_training_with_a_shared_prefix_gives_the_plain_loss_and_gradient(monkeyp
     assert len(shared_grad) == len(plain_grad) > 0
     for a, b in zip(shared_grad, plain_grad):
         assert (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-7, float((a - b).abs().max() / b.abs().max())
+
+
+def test_rows_with_the_same_prompt_run_it_once_and_sample_as_they_would_alone(monkeypatch):
+    """A GRPO group's rows show one problem: the prompt pass runs each distinct prompt once
+    (counted at the model), and every row still gets the tokens and logprobs it gets alone."""
+    from gemlab.local import kv_cache
+    from gemlab.tiny.model import build_tiny_model
+
+    pad = load_model(TINY, torch.device("cpu")).pad_token_id
+    model = build_tiny_model(seed=0, pretrained=True)
+    monkeypatch.setattr(generation, "worth_sharing", lambda model: True)
+    prefix = list(range(10, 10 + MIN_SHARED_TOKENS + 4))
+    problems = [prefix + [3, 4], prefix + [5], prefix + [6, 7, 8]]
+    prompts = [problems[i % 3] for i in range(9)]  # three groups of three, interleaved
+    rows_in_passes = []
+    forward = kv_cache.forward
+
+    def counting(model, cache=None, **inputs):
+        rows_in_passes.append(inputs["input_ids"].shape[0])
+        return forward(model, cache, **inputs)
+
+    monkeypatch.setattr(kv_cache, "forward", counting)
+    batched = generate(model, _rows(prompts), pad, str)
+    assert rows_in_passes[:2] == [1, 3]  # the shared prefix once, then the three problems' own tokens
+    alone = [generate(model, _rows([p], seed=i), pad, str)[0] for i, p in enumerate(prompts)]
+    for b, a in zip(batched, alone):
+        assert b.tokens == a.tokens
+        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
+
+
+def test_the_sharing_plan_runs_each_groups_problem_once_and_leaves_a_lone_row_plain():
+    from gemlab.local.prefix_scoring import Cluster, sharing_plan
+
+    preamble = list(range(100, 120))
+    problems = [preamble + list(range(200 + 10 * g, 210 + 10 * g)) for g in range(3)]  # 30 tokens each
+    inputs = [problems[g] + [g, j, 1 + j % 2] for g in range(3) for j in range(4)] + [[7] * 40]
+    targets = [torch.as_tensor(seq[1:] + [0]) for seq in inputs]
+    plan = sharing_plan(inputs, targets)
+    assert sorted((sorted(c.rows), c.shared) for c in plan) == [
+        ([0, 1, 2, 3], 30), ([4, 5, 6, 7], 30), ([8, 9, 10, 11], 30), ([12], 0)
+    ]  # inputs agree on 31 tokens (the problem, then g), but the target at position 30 is the row's own
+    assert sharing_plan(inputs[:1], targets[:1]) == [Cluster((0,), 0)]
+    # targets that differ right after the inputs' common part shorten what is shared
+    targets[1] = targets[1].clone()
+    targets[1][25] = 99
+    assert {c.shared for c in sharing_plan(inputs[:4], targets[:4])} == {25}
+
+
+def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypatch):
+    """Groups with prefixes of different lengths (the prefix batch is padded) and a row that
+    shares nothing: logprobs and gradients equal the plain pass."""
+    from gemlab.local import scoring
+    from gemlab.tiny.model import build_tiny_model
+
+    model = build_tiny_model(seed=0, pretrained=True)
+    base = list(range(10, 10 + MIN_SHARED_TOKENS))
+    groups = [base + [40, 41, 42, 43, 44, 45], base + [50, 51]]
+    inputs = [groups[0] + [3], groups[0] + [4, 5, 6], groups[1] + [7, 8], groups[1] + [9], [60, 61, 62]]
+    targets = [torch.as_tensor(seq[1:] + [11]) for seq in inputs]
+    monkeypatch.setattr(scoring, "worth_sharing", lambda m: True)
+    plan = scoring.sharing_plan(inputs, targets)
+    assert sorted(c.shared for c in plan) == [0, 17, 21]  # two groups and the lone row
+
+    def run(share):
+        monkeypatch.setattr(scoring, "worth_sharing", lambda m: share)
+        model.zero_grad()
+        lps = scoring.target_logprobs(model, inputs, targets, 0)
+        sum((lp * (i + 1)).sum() for i, lp in enumerate(lps)).backward()
+        return [lp.detach() for lp in lps], [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    (shared_lp, shared_grad), (plain_lp, plain_grad) = run(True), run(False)
+    for a, b in zip(shared_lp, plain_lp):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
+    assert len(shared_grad) == len(plain_grad) > 0
+    for a, b in zip(shared_grad, plain_grad):
+        assert (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-7, float((a - b).abs().max() / b.abs().max())
