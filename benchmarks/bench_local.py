@@ -15,8 +15,9 @@ measured in one run: sampling, forward_backward, the bfloat16 mode, and the tiny
 - **bfloat16**: ``GEMLAB_DTYPE=bfloat16`` for the same work, and the logprob difference it costs:
   bf16 sampler vs float32 learner (what switching costs) and bf16 sampler vs bf16 learner (what
   ``train/kl_sample_train`` then shows).
-- **tiny step**: CPU-seconds of one ``preset=laptop`` step vs its compute floor (its counted
-  FLOPs at the per-core peak).
+- **steps**: wall and CPU seconds of a ``preset=smollm2`` RL step (64 episodes; the base model,
+  whose answers run to ``max_tokens``) and of a ``preset=laptop`` step, vs their compute floor
+  (counted FLOPs at the per-core peak).
 
 Each timing is the best of ``--repeats`` runs after a warm-up run. Not a test: the figures depend
 on the machine and its load (printed before and after).
@@ -209,7 +210,7 @@ def bench_smollm2(
     tokenizer = training.get_tokenizer()
     threads = training._model.cpu_threads
     torch.set_num_threads(threads)
-    print(f"\n{SMOLLM2}: {threads} torch thread(s) per worker; plain library on {threads} thread(s) too")
+    print(f"\n{SMOLLM2}: {threads} torch thread(s) per pass (the other worker idle); plain library on {threads} thread(s) too")
     plain_model = build_model(SMOLLM2).eval() if "sampling" in parts else None
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scenarios = {
@@ -279,13 +280,13 @@ def learner_logprobs(training: Any, prompts: list[list[int]], responses: list[An
     return [o["logprobs"].to_torch()[len(p) - 1 :].tolist() for o, p in zip(out.loss_fn_outputs, prompts)]
 
 
-def bench_tiny_step(report: Report, steps: int) -> None:
-    """CPU-seconds of a ``preset=laptop`` step against its floor."""
-    from gemlab.config import make_config
+def bench_step(report: Report, label: str, config: Any, steps: int) -> None:
+    """Wall and CPU seconds of a Trainer step (the median of ``steps``, after a warm-up step) against
+    its floor: its counted FLOPs at the per-core peak, on one core and on every core."""
     from gemlab.trainer import Trainer
 
-    trainer = Trainer(make_config("laptop", log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"), max_steps=10_000), progress=False)
-    trainer.step()  # warm-up
+    trainer = Trainer(config, progress=False)
+    trainer.step()  # warm-up: the sampler's model copy loads here
     cpu_times, walls, samples, trains = [], [], [], []
     for _ in range(steps):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -297,10 +298,11 @@ def bench_tiny_step(report: Report, steps: int) -> None:
     flops = count_flops_on_workers(lambda: [trainer.step() for _ in range(2)]) / 2
     trainer.close()
     floor = flops / report.peak
-    cpu = statistics.median(cpu_times)
-    print(f"\n{TINY} laptop step: median of {steps}: wall {statistics.median(walls):.3f} s (sampling "
-          f"{statistics.median(samples):.3f} s, training {statistics.median(trains):.3f} s), {cpu:.3f} CPU-s; "
-          f"{flops / 1e9:.1f} GFLOP -> floor {floor:.3f} s: {cpu / floor:.1f}x the floor")
+    cpu, wall = statistics.median(cpu_times), statistics.median(walls)
+    cores = os.cpu_count() or 1
+    print(f"\n{label}: median of {steps}: wall {wall:.2f} s (sampling {statistics.median(samples):.2f} s, training "
+          f"{statistics.median(trains):.2f} s), {cpu:.2f} CPU-s; {flops / 1e9:.1f} GFLOP -> floor {floor:.2f} CPU-s: "
+          f"{cpu / floor:.1f}x the floor in CPU-s, {wall / (floor / cores):.1f}x it in wall s on {cores} cores")
 
 
 def main() -> None:
@@ -311,6 +313,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--length", type=int, default=300)
     parser.add_argument("--tiny-steps", type=int, default=10)
+    parser.add_argument("--smollm2-steps", type=int, default=3, help="preset=smollm2 steps to time (0: none)")
     parser.add_argument("--skip-smollm2", action="store_true")
     parser.add_argument("--parts", nargs="+", default=["sampling", "training"], choices=["sampling", "training"],
                         help="SmolLM2 parts to run (training includes bfloat16)")
@@ -327,7 +330,14 @@ def main() -> None:
             print(f"{SMOLLM2} skipped: {exc}")
         else:
             bench_smollm2(report, args.repeats, args.requests, args.max_tokens, args.rows, args.length, args.parts)
-    bench_tiny_step(report, args.tiny_steps)
+    from gemlab.config import make_config
+
+    log_dir = tempfile.mkdtemp(prefix="gemlab-bench-")
+    if not args.skip_smollm2 and args.smollm2_steps:
+        # the recipe's RL step on the base model (no warm-up: its answers run to max_tokens, the longest step)
+        config = make_config("smollm2", log_dir=log_dir, warmup_steps=0, eval_every=0, max_steps=10_000)
+        bench_step(report, f"{SMOLLM2} preset=smollm2 step (64 episodes: 4 problems x 16 answers)", config, args.smollm2_steps)
+    bench_step(report, f"{TINY} laptop step", make_config("laptop", log_dir=log_dir, max_steps=10_000), args.tiny_steps)
     print(f"load {os.getloadavg()}")
 
 

@@ -306,13 +306,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_tokens=16,
         num_env=64,
         batch_size=64,
-        group_size=8,  # 8 problems a step, 8 answers each
+        group_size=16,  # 4 problems a step, 16 answers each (groups of 8 collapsed: docs/smollm2.md)
         advantage="grpo",
         warmup_steps=4,  # 4 x 32 of its own answers, re-formatted
         warmup_batch_size=32,
         warmup_learning_rate=1e-3,
         warmup_data="own_answers",
-        max_steps=40,
+        max_steps=60,
     ),
 }
 

@@ -8,6 +8,7 @@ import asyncio
 import threading
 
 import numpy as np
+import torch
 from tinker import types
 
 from gemlab.step import adam_params
@@ -60,6 +61,19 @@ def test_samplers_run_on_the_sampling_workers_own_model_copy(training):
     inflight = training.save_weights_and_get_sampling_client(kind="inflight").result()
     assert snapshot._model.worker is get_worker(SAMPLING) and snapshot._model is not training._model
     assert inflight._model is training._model and inflight._model.worker is get_worker(TRAINING)
+
+
+def test_the_two_copies_share_the_base_weights_but_not_their_adapters(training, prompt):
+    """One set of base weights in memory: the sampler's copy has its own modules (its snapshot
+    adapter is not in the learner's) over the same weight tensors, which training leaves as they were."""
+    snapshot = training.save_weights_and_get_sampling_client().result()
+    learner, sampler = dict(training._model.model.named_parameters()), dict(snapshot._model.model.named_parameters())
+    base = [name for name in learner if "lora_" not in name]
+    assert base and all(learner[name] is sampler[name] for name in base)
+    assert {n for n in sampler if snapshot._adapter in n} and not {n for n in learner if snapshot._adapter in n}
+    before = {name: learner[name].detach().clone() for name in base}
+    nudge(training, prompt)
+    assert all(torch.equal(learner[name], before[name]) for name in base)
 
 
 def test_a_cancelled_wait_does_not_stall_the_batch_it_was_in(training, prompt):
