@@ -40,15 +40,10 @@ def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
         assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
 
 
-def test_training_with_a_shared_prefix_gives_the_plain_loss_and_gradient(monkeypatch):
-    """Logprobs and LoRA-free gradients of the shared-prefix pass equal the plain pass (1e-5)."""
+def assert_shared_equals_plain(monkeypatch, model, inputs, targets):
+    """Logprobs (1e-5) and gradients (1e-4 of the largest) of ``target_logprobs`` with prefix sharing
+    on equal those of the plain pass."""
     from gemlab.local import scoring
-    from gemlab.tiny.model import build_tiny_model
-
-    model = build_tiny_model(seed=0, pretrained=True)
-    prefix = list(range(10, 10 + MIN_SHARED_TOKENS + 4))
-    inputs = [prefix + [3], prefix + [4, 5, 6], prefix + [7, 8]]
-    targets = [torch.as_tensor(seq[1:] + [11]) for seq in inputs]
 
     def run(share):
         monkeypatch.setattr(scoring, "worth_sharing", lambda m: share)
@@ -63,6 +58,18 @@ def test_training_with_a_shared_prefix_gives_the_plain_loss_and_gradient(monkeyp
     assert len(shared_grad) == len(plain_grad) > 0
     for a, b in zip(shared_grad, plain_grad):
         assert (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-7, float((a - b).abs().max() / b.abs().max())
+
+
+def test_training_with_a_shared_prefix_gives_the_plain_loss_and_gradient(monkeypatch):
+    """Logprobs and LoRA-free gradients of the shared-prefix pass equal the plain pass (1e-5)."""
+    from gemlab.tiny.model import build_tiny_model
+
+    model = build_tiny_model(seed=0, pretrained=True)
+    prefix = list(range(10, 10 + MIN_SHARED_TOKENS + 4))
+    inputs = [prefix + [3], prefix + [4, 5, 6], prefix + [7, 8]]
+    targets = [torch.as_tensor(seq[1:] + [11]) for seq in inputs]
+
+    assert_shared_equals_plain(monkeypatch, model, inputs, targets)
 
 
 def test_rows_with_the_same_prompt_run_it_once_and_sample_as_they_would_alone(monkeypatch):
@@ -126,16 +133,4 @@ def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypa
     plan = scoring.sharing_plan(inputs, targets)
     assert sorted(c.shared for c in plan) == [0, 17, 21]  # two groups and the lone row
 
-    def run(share):
-        monkeypatch.setattr(scoring, "worth_sharing", lambda m: share)
-        model.zero_grad()
-        lps = scoring.target_logprobs(model, inputs, targets, 0)
-        sum((lp * (i + 1)).sum() for i, lp in enumerate(lps)).backward()
-        return [lp.detach() for lp in lps], [p.grad.clone() for p in model.parameters() if p.grad is not None]
-
-    (shared_lp, shared_grad), (plain_lp, plain_grad) = run(True), run(False)
-    for a, b in zip(shared_lp, plain_lp):
-        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
-    assert len(shared_grad) == len(plain_grad) > 0
-    for a, b in zip(shared_grad, plain_grad):
-        assert (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-7, float((a - b).abs().max() / b.abs().max())
+    assert_shared_equals_plain(monkeypatch, model, inputs, targets)
