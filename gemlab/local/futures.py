@@ -9,8 +9,9 @@ Tinker's servers:
   ``optim_step`` runs before it);
 - the **sampling** worker runs sampling batches on its own copy of each base model (its own
   modules over the same base weights), with snapshot adapters copied from the training run at
-  the moment they were asked for, so a snapshot never changes while training goes on. (An ``inflight`` sampler follows the live
-  training weights, so its batches run on the training worker, in order with training.)
+  the moment they were asked for, so a snapshot never changes while training goes on. (An
+  ``inflight`` sampler follows the live training weights, so its batches run on the training
+  worker, in order with training.)
 
 Work is queued in *lanes* (the workshop server gives each API key its own, through ``lane``): in
 submission order within a lane, in rounds across lanes (each lane with work gives one job per

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from gemlab.local import kv_cache
-from gemlab.local.prefill import MIN_SHARED_TOKENS, worth_sharing
+from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length, worth_sharing
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,7 @@ class Cluster:
 
 def _common(a: Sequence[int], b: Sequence[int], ta: torch.Tensor | None, tb: torch.Tensor | None) -> int:
     """Leading positions where two rows agree in inputs and targets, leaving each a position of its own."""
-    limit = min(len(a), len(b)) - 1
-    length = 0
-    while length < limit and a[length] == b[length]:
-        length += 1
+    length = shared_prefix_length([a, b])
     if ta is not None and tb is not None:
         while length and not torch.equal(ta[:length], tb[:length]):
             length -= 1  # the targets of a shared input may still differ (e.g. the first action token)
