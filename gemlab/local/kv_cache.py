@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 CACHE = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
@@ -20,3 +22,14 @@ def forward(model: Any, cache: Any = None, **inputs: Any) -> tuple[Any, Any]:
     returns the output and the grown cache."""
     out = model(**inputs, **({CACHE: cache} if cache is not None else {}), use_cache=True)
     return out, getattr(out, CACHE)
+
+
+def tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's ``(keys, values)``, ``(batch, heads, positions, head_dim)``."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def from_tensors(model: Any, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A cache holding each layer's ``(keys, values)`` (the reverse of ``tensors``); gradients flow
+    back to them through what a forward pass appends."""
+    return DynamicCache(ddp_cache_data=pairs, config=model.config)

@@ -6,9 +6,10 @@ and in GRPO the answers of a group share their whole problem (often most of thei
 ``sharing_plan`` splits the rows into clusters that share a prefix, choosing the split that
 computes the fewest positions, padding included. The clusters' prefixes run once, as one batch
 with gradients (right-padded); each row's cache is its cluster's, and only the rows' own suffixes
-run batched, at their own positions, with the cluster's padding masked. A prefix's logprobs are
-shared by its rows, so autograd adds up each row's gradient through them: the loss and its
-gradient are those of the plain pass, up to float rounding (other matmul shapes).
+run, in micro-batches of any size, at their own positions, with the cluster's padding masked. A
+prefix's logprobs and cache are shared by its rows, so the gradients of every row through them add
+up before they run back through the prefix once: the loss and its gradient are those of the plain
+pass, up to float rounding (other matmul shapes).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from gemlab.local import kv_cache
-from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length, worth_sharing
+from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length
 
 
 @dataclass(frozen=True)
@@ -80,51 +81,67 @@ def sharing_plan(inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor
     return best
 
 
-def scored_lengths(model: Any, inputs: Sequence[Sequence[int]]) -> list[int]:
-    """Positions of each row that get logits of their own: all of them, or those after the prefix
-    it shares under ``sharing_plan`` when ``model`` is large enough to share (for sizing micro-batches)."""
-    own = [len(seq) for seq in inputs]
-    for cluster in sharing_plan(inputs) if worth_sharing(model) else []:
-        for row in cluster.rows:
-            own[row] -= cluster.shared
-    return own
+class SharedPrefixes:
+    """The prefix pass of some clusters, whose rows' suffixes then run in micro-batches of any size.
 
+    With gradients on, the prefix's logprobs and its KV cache are handed to the suffixes as
+    detached leaves, so each micro-batch's backward stops at them and adds up their gradients;
+    ``backward()`` then sends the sum through the prefix pass once. The prefix runs once however
+    many micro-batches its rows need, and the gradient is that of the plain pass."""
 
-def target_logprobs_shared(
-    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, clusters: Sequence[Cluster]
-) -> dict[int, torch.Tensor]:
-    """Logprobs of the rows of ``clusters`` that share a prefix (``shared > 0``), each cluster's prefix
-    run once (see the module); a dict from row index to its logprobs."""
-    device = model.device
-    clusters = [c for c in clusters if c.shared]
-    width = max(c.shared for c in clusters)
-    prefix = torch.full((len(clusters), width), pad_id, dtype=torch.long)
-    prefix_labels = torch.zeros((len(clusters), width), dtype=torch.long)
-    prefix_mask = torch.zeros((len(clusters), width), dtype=torch.long)
-    for k, cluster in enumerate(clusters):
-        first = cluster.rows[0]
-        prefix[k, : cluster.shared] = torch.as_tensor(list(inputs[first][: cluster.shared]), dtype=torch.long)
-        prefix_labels[k, : cluster.shared] = targets[first][: cluster.shared]
-        prefix_mask[k, : cluster.shared] = 1
-    # right padding: under the causal mask it never changes the tokens before it
-    out, cache = kv_cache.forward(model, input_ids=prefix.to(device), attention_mask=prefix_mask.to(device))
-    prefix_nll = F.cross_entropy(out.logits.float().transpose(1, 2), prefix_labels.to(device), reduction="none")
-    rows = [(k, row) for k, cluster in enumerate(clusters) for row in cluster.rows]
-    cache.reorder_cache(torch.as_tensor([k for k, _ in rows], device=device))  # each row gets its cluster's cache
-    own = [len(inputs[row]) - clusters[k].shared for k, row in rows]
-    suffix_width = max(own)
-    ids = torch.full((len(rows), suffix_width), pad_id, dtype=torch.long)
-    labels = torch.zeros((len(rows), suffix_width), dtype=torch.long)
-    positions = torch.zeros((len(rows), suffix_width), dtype=torch.long)
-    for j, (k, row) in enumerate(rows):
-        shared = clusters[k].shared
-        ids[j, : own[j]] = torch.as_tensor(list(inputs[row][shared:]), dtype=torch.long)
-        labels[j, : own[j]] = targets[row][shared:]
-        positions[j] = torch.arange(shared, shared + suffix_width)
-    # the cluster's padding is masked; the suffix's own right padding is harmless (causal)
-    mask = torch.cat([prefix_mask[[k for k, _ in rows]], torch.ones((len(rows), suffix_width), dtype=torch.long)], dim=1)
-    out = kv_cache.forward(model, cache, input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))[0]
-    nll = F.cross_entropy(out.logits.float().transpose(1, 2), labels.to(device), reduction="none")
-    return {
-        row: torch.cat([-prefix_nll[k, : clusters[k].shared], -nll[j, : own[j]]]) for j, (k, row) in enumerate(rows)
-    }
+    def __init__(
+        self, model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, clusters: Sequence[Cluster]
+    ) -> None:
+        self.model, self.inputs, self.targets, self.pad_id = model, inputs, targets, pad_id
+        self.clusters = list(clusters)
+        device = model.device
+        width = max(c.shared for c in self.clusters)
+        prefix = torch.full((len(self.clusters), width), pad_id, dtype=torch.long)
+        labels = torch.zeros((len(self.clusters), width), dtype=torch.long)
+        self.mask = torch.zeros((len(self.clusters), width), dtype=torch.long)
+        for k, cluster in enumerate(self.clusters):
+            first = cluster.rows[0]
+            prefix[k, : cluster.shared] = torch.as_tensor(list(inputs[first][: cluster.shared]), dtype=torch.long)
+            labels[k, : cluster.shared] = targets[first][: cluster.shared]
+            self.mask[k, : cluster.shared] = 1
+        # right padding: under the causal mask it never changes the tokens before it
+        out, cache = kv_cache.forward(model, input_ids=prefix.to(device), attention_mask=self.mask.to(device))
+        logprobs = -F.cross_entropy(out.logits.float().transpose(1, 2), labels.to(device), reduction="none")
+        self._graph = [logprobs, *(t for pair in kv_cache.tensors(cache) for t in pair)]
+        grad = torch.is_grad_enabled()
+        self._leaves = [t.detach().requires_grad_() for t in self._graph] if grad else self._graph
+        self.rows = [(k, row) for k, cluster in enumerate(self.clusters) for row in cluster.rows]
+        self.own = [len(inputs[row]) - self.clusters[k].shared for k, row in self.rows]
+
+    def logprobs(self, part: Sequence[int]) -> list[torch.Tensor]:
+        """Logprobs of the rows ``self.rows[j]`` for ``j`` in ``part``: the prefix's, then the suffix's own."""
+        device = self.model.device
+        rows = [self.rows[j] for j in part]
+        index = torch.as_tensor([k for k, _ in rows], device=device)
+        prefix_logprobs, *flat = self._leaves
+        cache = kv_cache.from_tensors(self.model, [(k[index], v[index]) for k, v in zip(flat[::2], flat[1::2])])
+        own = [self.own[j] for j in part]
+        width = max(own)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        labels = torch.zeros((len(rows), width), dtype=torch.long)
+        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        for j, (k, row) in enumerate(rows):
+            shared = self.clusters[k].shared
+            ids[j, : own[j]] = torch.as_tensor(list(self.inputs[row][shared:]), dtype=torch.long)
+            labels[j, : own[j]] = self.targets[row][shared:]
+            positions[j] = torch.arange(shared, shared + width)
+        # the cluster's padding is masked; the suffix's own right padding is harmless (causal)
+        mask = torch.cat([self.mask[[k for k, _ in rows]], torch.ones((len(rows), width), dtype=torch.long)], dim=1)
+        out = kv_cache.forward(self.model, cache, input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))[0]
+        nll = F.cross_entropy(out.logits.float().transpose(1, 2), labels.to(device), reduction="none")
+        return [
+            torch.cat([prefix_logprobs[k, : self.clusters[k].shared], -nll[j, : own[j]]]) for j, (k, _) in enumerate(rows)
+        ]
+
+    def backward(self) -> None:
+        """Send the gradients gathered at the leaves through the prefix pass (once every micro-batch
+        of its rows has run its backward)."""
+        pairs = [(t, leaf.grad) for t, leaf in zip(self._graph, self._leaves) if leaf is not t and leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        self._graph = self._leaves = []

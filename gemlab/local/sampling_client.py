@@ -26,7 +26,7 @@ from gemlab.local import lora
 from gemlab.local.models import LoadedModel
 from gemlab.local.errors import unavailable
 from gemlab.local.generation import MAX_ROWS, Request, Row, RowResult, SampleBatcher, generate
-from gemlab.local.scoring import micro_batches, target_logprobs
+from gemlab.local.scoring import scored_batches
 
 if TYPE_CHECKING:
     from tinker.lib.api_future_impl import QueueState
@@ -317,13 +317,11 @@ def _score(model: Any, lm: LoadedModel, prompts: list[list[int]]) -> list[list[f
     """Prompt logprobs (the first ``None``) of each prompt, in micro-batches."""
     scored: list[list[float | None]] = [[None] for _ in prompts]
     long_prompts = [i for i, p in enumerate(prompts) if len(p) > 1]
-    lengths = [len(prompts[i]) - 1 for i in long_prompts]
-    for group in micro_batches(lengths, lm.vocab_size):
-        indices = [long_prompts[g] for g in group]
-        inputs = [prompts[i][:-1] for i in indices]
-        targets = [torch.as_tensor(prompts[i][1:]) for i in indices]
-        for i, lp in zip(indices, target_logprobs(model, inputs, targets, lm.pad_token_id)):
-            scored[i] += lp.tolist()
+    inputs = [prompts[i][:-1] for i in long_prompts]
+    targets = [torch.as_tensor(prompts[i][1:]) for i in long_prompts]
+    for group, logprobs in scored_batches(model, inputs, targets, lm.pad_token_id, lm.vocab_size):
+        for g, lp in zip(group, logprobs):
+            scored[long_prompts[g]] += lp.tolist()
     return scored
 
 

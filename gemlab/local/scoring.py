@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from gemlab.local.prefill import worth_sharing
-from gemlab.local.prefix_scoring import sharing_plan, target_logprobs_shared
+from gemlab.local.prefix_scoring import Cluster, SharedPrefixes, sharing_plan
 
 # Logits of one micro-batch stay under about this many floats (64 MB in float32; a pass holds a few
 # tensors of that size: the logits, their log-softmax and its gradient), so a 49k-token vocabulary
@@ -19,9 +19,9 @@ from gemlab.local.prefix_scoring import sharing_plan, target_logprobs_shared
 MAX_LOGIT_FLOATS = 1 << 24
 
 
-def micro_batches(lengths: Sequence[int], vocab_size: int) -> Iterator[list[int]]:
-    """Consecutive index groups whose padded logits fit in ``MAX_LOGIT_FLOATS``."""
-    budget = max(1, MAX_LOGIT_FLOATS // vocab_size)
+def micro_batches(lengths: Sequence[int], budget: int) -> Iterator[list[int]]:
+    """Consecutive index groups whose padded length times size stays within ``budget`` positions
+    (a group of one may exceed it)."""
     group: list[int] = []
     longest = 0
     for index, length in enumerate(lengths):
@@ -34,25 +34,33 @@ def micro_batches(lengths: Sequence[int], vocab_size: int) -> Iterator[list[int]
         yield group
 
 
-def target_logprobs(
-    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
-) -> list[torch.Tensor]:
-    """``log p(targets[i][t] | inputs[i][: t + 1])`` for each sequence; a 2-D ``(N, K)`` target
-    gives ``(N, K)`` logprobs. Gradients flow when grad mode is on. Prefixes that rows share run
-    once on models large enough for it to pay (``prefix_scoring.py``); the other rows run in one
-    plain pass."""
-    clusters = sharing_plan(inputs, targets) if worth_sharing(model) else []
-    logprobs = target_logprobs_shared(model, inputs, targets, pad_id, clusters) if any(c.shared for c in clusters) else {}
-    plain = [row for row in range(len(inputs)) if row not in logprobs]
-    if plain:
-        logprobs.update(zip(plain, _plain_logprobs(model, [inputs[r] for r in plain], [targets[r] for r in plain], pad_id)))
-    return [logprobs[row] for row in range(len(inputs))]
+def scored_batches(
+    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, vocab_size: int
+) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
+    """``(rows, logprobs)`` per micro-batch, ``log p(targets[i][t] | inputs[i][: t + 1])`` for each
+    row ``i`` of it (a 2-D ``(N, K)`` target gives ``(N, K)``); every row comes once, not in order.
+    Gradients flow when grad mode is on: the caller runs each micro-batch's backward before asking
+    for the next. Prefixes that rows share run once on models large enough for it to pay
+    (``prefix_scoring.py``), however many micro-batches their rows take; the other rows run plain."""
+    budget = max(1, MAX_LOGIT_FLOATS // vocab_size)
+    clusters = sharing_plan(inputs, targets) if worth_sharing(model) else [Cluster(tuple(range(len(inputs))), 0)]
+    shared = [c for c in clusters if c.shared]
+    # a prefix pass stays alive beside its rows' micro-batches: its batches get half the budget
+    for part in micro_batches([c.shared for c in shared], budget // 2):
+        prefixes = SharedPrefixes(model, inputs, targets, pad_id, [shared[k] for k in part])
+        for rows in micro_batches(prefixes.own, budget):
+            yield [prefixes.rows[j][1] for j in rows], prefixes.logprobs(rows)
+        prefixes.backward()
+    plain = [row for c in clusters if not c.shared for row in c.rows]
+    for part in micro_batches([len(inputs[row]) for row in plain], budget):
+        rows = [plain[j] for j in part]
+        yield rows, _plain_logprobs(model, [inputs[r] for r in rows], [targets[r] for r in rows], pad_id)
 
 
 def _plain_logprobs(
     model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
 ) -> list[torch.Tensor]:
-    """``target_logprobs`` in one forward pass of right-padded rows (under a causal mask, padding
+    """``scored_batches``'s logprobs in one forward pass of right-padded rows (under a causal mask, padding
     after a token never changes it)."""
     device = model.device
     lengths = [len(seq) for seq in inputs]

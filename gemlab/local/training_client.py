@@ -25,9 +25,8 @@ from gemlab.local import checkpoints, lora
 from gemlab.local.futures import SAMPLING, ClientFuture, client_future, get_worker, run_in_order, then
 from gemlab.local.losses import loss_spec, resolve_config
 from gemlab.local.models import LoadedModel, load_model
-from gemlab.local.prefix_scoring import scored_lengths
 from gemlab.local.sampling_client import LocalSamplingClient, release_adapter
-from gemlab.local.scoring import micro_batches, target_logprobs
+from gemlab.local.scoring import scored_batches
 
 if TYPE_CHECKING:
     from tinker.lib.retry_handler import RetryConfig
@@ -391,7 +390,8 @@ class LocalTrainingClient(TrainingClient):
         batch = _Batch(data, spec.inputs, self._model.vocab_size)
 
         def run() -> types.ForwardBackwardOutput:
-            outputs, total = [], 0.0
+            outputs: dict[int, dict[str, types.TensorData]] = {}
+            total = 0.0
             with lora.active(self._model, self._adapter) as model, torch.set_grad_enabled(backward):
                 for group, logprobs in self._logprobs(model, batch):
                     losses = [spec.fn(lp, _on(batch.tensors[i], lp.device), resolved) for i, lp in zip(group, logprobs)]
@@ -399,28 +399,25 @@ class LocalTrainingClient(TrainingClient):
                     if backward:
                         loss.backward()
                     total += float(loss.detach())
-                    outputs += [_outputs(lp, elementwise) for lp, elementwise in zip(logprobs, losses)]
+                    outputs.update((i, _outputs(lp, elementwise)) for i, lp, elementwise in zip(group, logprobs, losses))
             return types.ForwardBackwardOutput(
-                loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics={"loss:sum": total}
+                loss_fn_output_type="ArrayRecord", loss_fn_outputs=[outputs[i] for i in range(len(outputs))], metrics={"loss:sum": total}
             )
 
         return run_in_order(run)
 
     def _logprobs(self, model: Any, batch: _Batch) -> Any:
         """``(indices, logprobs)`` per micro-batch; the caller finishes each before the next."""
-        lengths = scored_lengths(model, batch.inputs)  # a shared prefix makes no logits per row
-        for group in micro_batches(lengths, self._model.vocab_size):
-            inputs = [batch.inputs[i] for i in group]
-            targets = [batch.tensors[i]["target_tokens"] for i in group]
-            yield group, target_logprobs(model, inputs, targets, self._model.pad_token_id)
+        targets = [tensors["target_tokens"] for tensors in batch.tensors]
+        return scored_batches(model, batch.inputs, targets, self._model.pad_token_id, self._model.vocab_size)
 
     def _custom(self, batch: _Batch, loss_fn: CustomLossFn | LossHandle) -> types.ForwardBackwardOutput:
         """Logprobs without gradients, the user's loss and its gradient with respect to them, then
         a second pass that backpropagates that gradient into the weights (Tinker's two phases)."""
         with lora.active(self._model, self._adapter) as model:
             with torch.no_grad():
-                logprobs = [lp for _, chunk in self._logprobs(model, batch) for lp in chunk]
-            leaves = [lp.detach().cpu().requires_grad_(True) for lp in logprobs]
+                scored = {i: lp for group, chunk in self._logprobs(model, batch) for i, lp in zip(group, chunk)}
+            leaves = [scored[i].detach().cpu().requires_grad_(True) for i in range(len(scored))]
             if isinstance(loss_fn, LossHandle):
                 loss, metrics = run_loss_handle(loss_fn, batch.data, leaves)
             else:

@@ -40,17 +40,20 @@ def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
         assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
 
 
-def assert_shared_equals_plain(monkeypatch, model, inputs, targets):
-    """Logprobs (1e-5) and gradients (1e-4 of the largest) of ``target_logprobs`` with prefix sharing
-    on equal those of the plain pass."""
+def assert_shared_equals_plain(monkeypatch, model, inputs, targets, vocab_size=1 << 10):
+    """Logprobs (1e-5) and gradients (1e-4 of the largest) of ``scored_batches`` with prefix sharing
+    on equal those of the plain pass; each micro-batch's backward runs before the next, as training does."""
     from gemlab.local import scoring
 
     def run(share):
         monkeypatch.setattr(scoring, "worth_sharing", lambda m: share)
         model.zero_grad()
-        lps = scoring.target_logprobs(model, inputs, targets, 0)
-        sum((lp * (i + 1)).sum() for i, lp in enumerate(lps)).backward()
-        return [lp.detach() for lp in lps], [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        lps = {}
+        for rows, logprobs in scoring.scored_batches(model, inputs, targets, 0, vocab_size):
+            sum((lp * (i + 1)).sum() for i, lp in zip(rows, logprobs)).backward()
+            lps.update((i, lp.detach()) for i, lp in zip(rows, logprobs))
+        assert sorted(lps) == list(range(len(inputs)))
+        return [lps[i] for i in range(len(inputs))], [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
     (shared_lp, shared_grad), (plain_lp, plain_grad) = run(True), run(False)
     for a, b in zip(shared_lp, plain_lp):
@@ -134,3 +137,32 @@ def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypa
     assert sorted(c.shared for c in plan) == [0, 17, 21]  # two groups and the lone row
 
     assert_shared_equals_plain(monkeypatch, model, inputs, targets)
+
+
+def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch):
+    """A budget of 8 positions per micro-batch: each group's prefix (18 and 19 tokens) runs once, in
+    a pass of its own, its rows' suffixes in micro-batches of at most 8 positions, and the gradients gathered
+    over those micro-batches still equal the plain pass's."""
+    from gemlab.local import kv_cache, scoring
+    from gemlab.tiny.model import build_tiny_model
+
+    model = build_tiny_model(seed=0, pretrained=True)
+    base = list(range(10, 10 + MIN_SHARED_TOKENS))
+    groups = [base + [40, 41, 42], base + [50, 51, 52, 53]]
+    inputs = [groups[0] + [3, 4, 5], groups[0] + [6, 7, 8, 9], groups[0] + [1, 2], groups[1] + [7, 8, 9], groups[1] + [5, 6, 4, 3]]
+    targets = [torch.as_tensor(seq[1:] + [11]) for seq in inputs]
+    passes = []
+    forward = kv_cache.forward
+
+    def counting(model, cache=None, **inputs):
+        passes.append((cache is not None, tuple(inputs["input_ids"].shape)))
+        return forward(model, cache, **inputs)
+
+    monkeypatch.setattr(kv_cache, "forward", counting)
+    vocab = scoring.MAX_LOGIT_FLOATS // 8  # 8 positions per micro-batch
+    assert_shared_equals_plain(monkeypatch, model, inputs, targets, vocab_size=vocab)
+    prefix_passes = [shape for continued, shape in passes if not continued]
+    suffix_passes = [shape for continued, shape in passes if continued]
+    assert sorted(prefix_passes) == [(1, 18), (1, 19)]  # each group's prefix once (the backward sends it its gradient)
+    assert sum(rows for rows, _ in suffix_passes) == 5 and all(rows * width <= 8 for rows, width in suffix_passes)
+    assert len(suffix_passes) >= 4  # the rows of a prefix spread over several micro-batches
