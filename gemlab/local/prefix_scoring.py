@@ -96,6 +96,7 @@ class SharedPrefixes:
         self.clusters = list(clusters)
         device = model.device
         width = max(c.shared for c in self.clusters)
+        self.positions = len(self.clusters) * width  # of the prefix batch, padding included
         prefix = torch.full((len(self.clusters), width), pad_id, dtype=torch.long)
         labels = torch.zeros((len(self.clusters), width), dtype=torch.long)
         self.mask = torch.zeros((len(self.clusters), width), dtype=torch.long)

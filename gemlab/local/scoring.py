@@ -45,10 +45,11 @@ def scored_batches(
     budget = max(1, MAX_LOGIT_FLOATS // vocab_size)
     clusters = sharing_plan(inputs, targets) if worth_sharing(model) else [Cluster(tuple(range(len(inputs))), 0)]
     shared = [c for c in clusters if c.shared]
-    # a prefix pass stays alive beside its rows' micro-batches: its batches get half the budget
+    # a prefix pass stays alive beside its rows' micro-batches: it takes at most half the budget,
+    # and they what it leaves
     for part in micro_batches([c.shared for c in shared], budget // 2):
         prefixes = SharedPrefixes(model, inputs, targets, pad_id, [shared[k] for k in part])
-        for rows in micro_batches(prefixes.own, budget):
+        for rows in micro_batches(prefixes.own, budget - prefixes.positions):
             yield [prefixes.rows[j][1] for j in rows], prefixes.logprobs(rows)
         prefixes.backward()
     plain = [row for c in clusters if not c.shared for row in c.rows]

@@ -151,6 +151,18 @@ def test_the_servers_connections_have_nagle_off():
     assert asyncio.run(main()) != 0
 
 
+def test_a_client_can_connect_as_soon_as_the_address_is_printed():
+    """The server prints its address before uvicorn starts; the socket already listens, so a
+    connection then waits in the backlog (a bound socket that does not listen refuses it, which
+    a loaded machine showed)."""
+    sock = listening_socket("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname(), timeout=10):
+            pass
+    finally:
+        sock.close()
+
+
 def test_route_dependencies_run_on_the_event_loop():
     """FastAPI runs a plain ``def`` dependency in its thread pool: two thread hops per request."""
     assert asyncio.iscoroutinefunction(state.server) and asyncio.iscoroutinefunction(state.tenant)

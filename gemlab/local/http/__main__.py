@@ -63,13 +63,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
-    """The server's socket, bound. IPPROTO_TCP is named because asyncio turns Nagle off
-    (TCP_NODELAY) only on connections of a socket that says so; with Nagle on, a response's body
-    waits for the ACK of its headers: 40 ms (Linux's delayed ACK) added to every request."""
+    """The server's socket, bound and listening, so that a client who connects as soon as the
+    address is printed waits in the backlog instead of being refused while the server starts.
+    IPPROTO_TCP is named because asyncio turns Nagle off (TCP_NODELAY) only on connections of a
+    socket that says so; with Nagle on, a response's body waits for the ACK of its headers: 40 ms
+    (Linux's delayed ACK) added to every request."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(2048)  # uvicorn's default backlog
     except OSError:
         sock.close()
         raise
