@@ -131,10 +131,12 @@ class LoadedModel:
     def use_threads(self, tokens: int | None = None) -> None:
         """Set torch's thread count for this model's next pass of ``tokens`` positions (per thread:
         only the worker computes); run before every forward pass. A pass of fewer than
-        ``MIN_TOKENS_FOR_THREADS`` positions (a decoding step) runs on one thread, unless
-        ``$GEMLAB_THREADS`` says otherwise."""
+        ``MIN_TOKENS_FOR_THREADS`` positions without gradients (a decoding step) runs on one
+        thread, unless ``$GEMLAB_THREADS`` says otherwise; a training pass, whose backward runs on
+        the same threads, never does."""
         threads = self.cpu_threads
-        if tokens is not None and tokens < MIN_TOKENS_FOR_THREADS and not os.environ.get(THREADS_ENV):
+        small = tokens is not None and tokens < MIN_TOKENS_FOR_THREADS and not torch.is_grad_enabled()
+        if small and not os.environ.get(THREADS_ENV):
             threads = 1
         if self.device.type == "cpu" and torch.get_num_threads() != threads:
             torch.set_num_threads(threads)

@@ -198,10 +198,15 @@ def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypat
     while sampler.busy:
         release.wait(0.01)
     assert lm.cpu_threads == 2
-    lm.use_threads(tokens=64)  # a decoding step of 64 rows: one thread
-    assert torch.get_num_threads() == 1
-    lm.use_threads(tokens=640)  # a training pass: every core
-    assert torch.get_num_threads() == 2
+    with torch.no_grad():
+        lm.use_threads(tokens=64)  # a decoding step of 64 rows: one thread
+        assert torch.get_num_threads() == 1
+        lm.use_threads(tokens=640)  # a long prompt pass: every core
+        assert torch.get_num_threads() == 2
+        lm.use_threads(tokens=64)
+    with torch.enable_grad():
+        lm.use_threads(tokens=64)  # a small training pass: its backward is the larger part, every core
+        assert torch.get_num_threads() == 2
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     assert lm.cpu_threads == 4
     monkeypatch.setenv(THREADS_ENV, "3")
