@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 VARIANTS = {
     "default": {},
@@ -42,10 +43,12 @@ def _tensor_gb() -> float:
     import torch
 
     storages = {}
-    for obj in gc.get_objects():
-        if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
-            storage = obj.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+    with warnings.catch_warnings():  # isinstance() on some of gc's objects warns (lazy modules)
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.device.type == "cpu":
+                storage = obj.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
     return sum(storages.values()) / 2**30
 
 
