@@ -10,8 +10,9 @@ measured in one run: sampling, forward_backward, the bfloat16 mode, and the tiny
   ``torch.utils.flop_counter.FlopCounterMode`` on the thread that does the work (matmuls and
   attention, LoRA included).
 - **plain library**: ``transformers`` ``generate`` (sampling) and a plain PEFT loop
-  (forward_backward + AdamW; micro-batches of 2 sequences, as 16 at once do not fit in memory)
-  on the same weights, LoRA rank and thread count, in this process.
+  (forward_backward + AdamW; micro-batches of 2 sequences, as 16 at once do not fit in memory; 16
+  for the preset's shape, 4 problems x 16 short answers) on the same weights, LoRA rank and thread
+  count, in this process.
 - **bfloat16**: ``GEMLAB_DTYPE=bfloat16`` for the same work, and the logprob difference it costs:
   bf16 sampler vs float32 learner (what switching costs) and bf16 sampler vs bf16 learner (what
   ``train/kl_sample_train`` then shows).
@@ -174,6 +175,23 @@ def training_data(prompt: list[int], rows: int, length: int, vocab: int) -> list
     return data
 
 
+def grouped_training_data(prompt: list[int], problems: list[list[int]], answers: int, answer_tokens: int, vocab: int) -> list[types.Datum]:
+    """A GRPO step's shape: ``answers`` datums per problem, each the prompt and the problem, then
+    ``answer_tokens`` random action tokens with advantage 1."""
+    g = torch.Generator().manual_seed(0)
+    data = []
+    for problem in problems:
+        context = prompt + problem
+        for _ in range(answers):
+            tokens = context + torch.randint(0, vocab, (answer_tokens,), generator=g).tolist()
+            n, pad = len(tokens) - 1, len(context) - 1
+            data.append(types.Datum(
+                model_input=types.ModelInput.from_ints(tokens[:-1]),
+                loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [0.0] * n, "advantages": [0.0] * pad + [1.0] * (n - pad)},
+            ))
+    return data
+
+
 def plain_peft_loop(name: str, data: list[types.Datum], rank: int, micro: int = 2) -> Callable[[], Any]:
     """The same update written directly on PEFT: importance-sampling loss, backward, AdamW."""
     from peft import LoraConfig, get_peft_model
@@ -245,6 +263,21 @@ def bench_smollm2(
     fp32_train = timed(repeats, train)
     report.row(f"forward_backward+optim {rows}x{length} tok: plain PEFT loop", *plain_times, plain_flops)
     report.row(f"forward_backward+optim {rows}x{length} tok: local", *fp32_train, flops, plain_times)
+
+    # the preset's step: 4 problems x 16 answers of max_tokens (problems of one length, for the plain loop's batch)
+    problems = [tokenizer.encode(f"Calculate {a} + {a + 1}.<|im_end|>") for a in range(1, 5)]
+    grouped = grouped_training_data(prompt, problems, 16, max_tokens, len(tokenizer))
+
+    def train_grouped() -> None:
+        training.forward_backward(grouped, "importance_sampling").result()
+        training.optim_step(types.AdamParams(learning_rate=1e-5)).result()
+
+    plain = plain_peft_loop(SMOLLM2, grouped, rank=32, micro=16)
+    plain_grouped = timed(repeats, plain), count_flops(plain)
+    del plain
+    what = f"forward_backward+optim 4 problems x 16 answers of {max_tokens} tok"
+    report.row(f"{what}: plain PEFT loop", *plain_grouped[0], plain_grouped[1])
+    report.row(f"{what}: local", *timed(repeats, train_grouped), count_flops_on_workers(train_grouped), plain_grouped[0])
 
     # bfloat16: the same sampling and training, and the logprob difference it costs
     prompts = scenarios["turn 2 (shared preamble, own history)"]
