@@ -33,12 +33,11 @@ class Cluster:
     shared: int
 
 
-def _common(a: Sequence[int], b: Sequence[int], ta: torch.Tensor | None, tb: torch.Tensor | None) -> int:
+def _common(a: Sequence[int], b: Sequence[int], ta: torch.Tensor, tb: torch.Tensor) -> int:
     """Leading positions where two rows agree in inputs and targets, leaving each a position of its own."""
     length = shared_prefix_length([a, b])
-    if ta is not None and tb is not None:
-        while length and not torch.equal(ta[:length], tb[:length]):
-            length -= 1  # the targets of a shared input may still differ (e.g. the first action token)
+    while length and not torch.equal(ta[:length], tb[:length]):
+        length -= 1  # the targets of a shared input may still differ (e.g. the first action token)
     return length
 
 
@@ -53,15 +52,13 @@ def _cost(clusters: list[Cluster], lengths: Sequence[int]) -> int:
     return cost
 
 
-def sharing_plan(inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor] | None = None) -> list[Cluster]:
-    """Clusters of rows that share a prefix of at least ``MIN_SHARED_TOKENS`` (rows sharing none are
-    clusters of one with ``shared=0``), as few positions as possible to compute. Without
-    ``targets`` only inputs must agree (for sizing micro-batches)."""
-    if len(inputs) < 2 or (targets is not None and any(t.ndim != 1 for t in targets)):
+def sharing_plan(inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor]) -> list[Cluster]:
+    """Clusters of rows that share a prefix of at least ``MIN_SHARED_TOKENS`` in inputs and targets
+    (rows sharing none are clusters of one with ``shared=0``), as few positions as possible to compute."""
+    if len(inputs) < 2 or any(t.ndim != 1 for t in targets):
         return [Cluster(tuple(range(len(inputs))), 0)]
     order = sorted(range(len(inputs)), key=lambda i: list(inputs[i]))
-    target = (lambda i: targets[i]) if targets is not None else (lambda i: None)
-    common = [_common(inputs[a], inputs[b], target(a), target(b)) for a, b in zip(order, order[1:])]
+    common = [_common(inputs[a], inputs[b], targets[a], targets[b]) for a, b in zip(order, order[1:])]
     lengths = [len(seq) for seq in inputs]
     best = [Cluster(tuple(range(len(inputs))), 0)]
     best_cost = _cost(best, lengths)
