@@ -39,9 +39,9 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     trainer = Trainer(config, progress=False)
     record: dict = {"seed": seed, "cpu": cpu_name(), "threads": os.environ.get("GEMLAB_THREADS", "default"), "load": os.getloadavg()[0]}
 
-    def log(stage: str) -> None:
-        result = evaluate_trainer(trainer)
-        record[stage] = {**result.to_dict(), "wall_s": time.time() - start}
+    def log(stage: str, temperature: float | None = None) -> None:
+        result = evaluate_trainer(trainer, temperature=temperature)
+        record[stage] = {**result.to_dict(), "wall_s": time.time() - start, "step": trainer.step_index}
         low, high = result.interval95()
         print(f"seed {seed} {stage:7} held-out {result.success:.3f} [{low:.2f}, {high:.2f}] wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
 
@@ -49,6 +49,7 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
         log("base")
     trainer.warmup()
     log("warmup")
+    log("warmup_greedy", temperature=0.0)
     while trainer.step_index < config.max_steps and time.time() - start < args.minutes * 60:
         metrics = trainer.step()
         held = f" held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
@@ -57,6 +58,7 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
               f"wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
     if not trainer.history or "eval/success" not in trainer.history[-1]:  # the budget ended between evaluations
         record["final"] = {**eval_metrics(evaluate_trainer(trainer)), "step": trainer.step_index}
+    log("final_greedy", temperature=0.0)  # the same problems answered greedily (temperature 0)
     record["wall_s"] = time.time() - start
     record["load_end"] = os.getloadavg()[0]
     record["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB

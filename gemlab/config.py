@@ -141,6 +141,7 @@ def _env_cost(num_env: int) -> str:
     )
 
 
+LR_SCHEDULES = ("constant", "linear", "cosine")  # learning_rate over max_steps (gemlab/step.py)
 STALE_BATCHES = ("drop", "resample")  # what sampling ahead does with a batch older than max_staleness
 
 
@@ -152,6 +153,9 @@ class Config:
     model_name: str = chz.field(default="Qwen/Qwen3-4B-Instruct-2507", doc="base model (Tinker name, local preset or folder)")
     lora_rank: int = chz.field(default=8, validator=_positive)
     learning_rate: float = chz.field(default=4e-5, validator=_positive)
+    lr_schedule: str = chz.field(
+        default="constant", validator=_one_of(LR_SCHEDULES), doc="learning_rate over the run: 'constant', or decayed to 0 at max_steps ('linear', 'cosine')"
+    )
     # batch and schedule
     batch_size: int = chz.field(
         default=128, validator=_at_most(MAX_BATCH_SIZE, "transitions sampled per step"), doc="transitions per policy-gradient step"

@@ -93,22 +93,32 @@ async def evaluate_async(
 
 
 async def evaluate_client(
-    training_client: Any, tokenizer: Any, template: Template, config: Any, num_games: int | None = None, *, progress: Any = None
+    training_client: Any,
+    tokenizer: Any,
+    template: Template,
+    config: Any,
+    num_games: int | None = None,
+    *,
+    progress: Any = None,
+    temperature: float | None = None,
 ) -> EvalResult:
     """The fixed set played by ``training_client``'s current weights with ``config``'s evaluation
     env (``eval_env_id``, else ``env_id``), ``eval_games`` (unless ``num_games``), template,
-    ``max_tokens``, temperature and wrappers."""
+    ``max_tokens``, temperature (unless ``temperature``: 0 is greedy) and wrappers."""
     sampler = await training_client.save_weights_and_get_sampling_client()
+    temperature = config.temperature if temperature is None else temperature
     return await evaluate_async(
-        sampler, Prompting(tokenizer, template, config.max_tokens, config.temperature),
+        sampler, Prompting(tokenizer, template, config.max_tokens, temperature),
         env_id=config.eval_env_id or config.env_id, num_games=num_games or config.eval_games,
         env_wrappers=config.env_wrappers, progress=progress,
     )  # fmt: skip
 
 
-def evaluate_trainer(trainer: Any, num_games: int | None = None, *, progress: Any = None) -> EvalResult:
+def evaluate_trainer(trainer: Any, num_games: int | None = None, *, progress: Any = None, temperature: float | None = None) -> EvalResult:
     """``evaluate_client`` with a ``gemlab.Trainer``'s current weights; blocks until the games end."""
-    playing = evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress)
+    playing = evaluate_client(
+        trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress, temperature=temperature
+    )
     return trainer.run_on_loop(playing)
 
 

@@ -113,7 +113,7 @@ async def train_step(
         train_start = time.time()
         if on_update is not None:
             on_update()
-        outputs, train = await update(training_client, prepared.datums, prepared.minibatches, config)  # 6.
+        outputs, train = await update(training_client, prepared.datums, prepared.minibatches, config, step)  # 6.
         sampling.weights_updated(step + 1)  # a sampler running ahead gets the new weights at once
         end = time.time()
         metrics = step_metrics(step, batch, prepared.transitions, outputs, train)
@@ -220,15 +220,18 @@ def prepare_transitions(
 
 
 # ----- 6. update --------------------------------------------------------------------------------
-async def update(training_client: Any, datums: list[types.Datum], minibatches: list[list[int]], config: Config) -> tuple[list[Any], dict[str, float]]:
-    """Step 6: one ``forward_backward`` + ``optim_step`` per minibatch. Returns the learner's
+async def update(
+    training_client: Any, datums: list[types.Datum], minibatches: list[list[int]], config: Config, step: int
+) -> tuple[list[Any], dict[str, float]]:
+    """Step 6: one ``forward_backward`` + ``optim_step`` per minibatch, at step ``step``'s learning
+    rate (``scheduled_learning_rate``). Returns the learner's
     output per datum and the backend's metrics, combined as their names say (``loss:sum`` adds up,
     ``grad_norm:mean`` averages). Raises ``NonFinite`` on a NaN or infinite loss or gradient."""
     outputs: list[Any] = [None] * len(datums)
     train: dict[str, list[float]] = {}
     for minibatch in minibatches:
         backward = training_client.forward_backward([datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config)
-        optim = training_client.optim_step(adam_params(config.learning_rate))
+        optim = training_client.optim_step(adam_params(scheduled_learning_rate(config, step)))
         result = await backward.result_async()
         check_finite(result.metrics)
         try:
@@ -241,6 +244,19 @@ async def update(training_client: Any, datums: list[types.Datum], minibatches: l
         for key, value in {**result.metrics, **(optim_result.metrics or {})}.items():
             train.setdefault(key, []).append(float(value))
     return outputs, {f"train/{k}": sum(v) if k.endswith(":sum") else float(np.mean(v)) for k, v in train.items()}
+
+
+def scheduled_learning_rate(config: Config, step: int) -> float:
+    """``learning_rate`` at (0-based) ``step`` of ``max_steps`` under ``lr_schedule``, as
+    tinker-cookbook schedules it: ``constant``, or decayed to 0 at ``max_steps`` (``linear``,
+    ``cosine``); steps past ``max_steps`` (a run continued further) get 0 from a decaying schedule."""
+    progress = min(step / config.max_steps, 1.0)
+    multiplier = {  # ALGO LOGIC: the learning-rate schedule
+        "constant": 1.0,
+        "linear": 1.0 - progress,
+        "cosine": 0.5 * (1.0 + math.cos(math.pi * progress)),
+    }[config.lr_schedule]
+    return config.learning_rate * multiplier
 
 
 def adam_params(learning_rate: float) -> types.AdamParams:

@@ -176,3 +176,14 @@ def test_warmup_data_is_the_seeds_not_what_ran_before(tmp_path):
         trainer.close()
         losses.append(_lines(tmp_path / name / "warmup.jsonl"))
     assert losses[0] == losses[1]
+
+
+@pytest.mark.parametrize(
+    "schedule, multipliers",
+    [("constant", [1.0, 1.0, 1.0, 1.0]), ("linear", [1.0, 0.75, 0.5, 0.25]), ("cosine", [1.0, 0.8535534, 0.5, 0.1464466])],
+)
+def test_the_learner_is_sent_the_scheduled_learning_rate(tmp_path, schedule, multipliers):
+    config = make_config("laptop", log_dir=str(tmp_path), run_name=schedule, lr_schedule=schedule, **{**SMALL, "max_steps": 4})
+    with Trainer(config, progress=False) as trainer:
+        sent = [trainer.step()["train/learning_rate:mean"] for _ in range(4)]
+    assert sent == pytest.approx([config.learning_rate * m for m in multipliers], rel=1e-6)
