@@ -8,7 +8,8 @@ Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it) ev
 fixed held-out set (``eval_env_id``, ``eval_games``) before anything, after ``Trainer.warmup()``,
 and every ``eval_every`` RL steps by the Trainer itself (``eval/*`` in ``metrics.jsonl``), until
 ``max_steps`` or ``--minutes`` of wall time (loading and warm-up included) run out; the last step
-is always evaluated. Writes ``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}``
+is always evaluated. These are sampled at the run's temperature, as in training; after the warm-up
+and at the end the same problems are also answered greedily (temperature 0). Writes ``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}``
 and prints a line per step. Not a test: a seed takes about a quarter of an hour.
 """
 
@@ -113,6 +114,12 @@ def report(folder: Path, figure: Path | None) -> None:
     ):
         mean, low, high = mean_interval(values)
         print(f"{name:14} mean {mean:.3f}, 95% CI over {len(values)} seeds [{low:.3f}, {high:.3f}]")
+    greedy = [record for record, _ in seeds if "final_greedy" in record]
+    for stage in ("warmup_greedy", "final_greedy") if greedy else ():
+        values = [record[stage]["success"] for record in greedy]
+        mean, low, high = mean_interval(values)
+        print(f"{stage:14} mean {mean:.3f}, 95% CI over {len(values)} seeds [{low:.3f}, {high:.3f}] "
+              f"(per seed: {', '.join(f'{v:.3f}' for v in values)})")
     print(f"CPU: {seeds[0][0]['cpu']}, GEMLAB_THREADS={seeds[0][0]['threads']}")
     if figure is None:
         return
