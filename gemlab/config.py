@@ -307,7 +307,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         eval_every=10,
         template="chat",  # the prompt format SmolLM2 was tuned on
         learning_rate=5e-4,
-        lr_schedule="cosine",  # to 0 at max_steps: the held-out score swung by 0.1-0.2 late at a constant rate
         max_tokens=16,
         num_env=64,
         batch_size=64,
@@ -317,7 +316,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_batch_size=32,
         warmup_learning_rate=1e-3,
         warmup_data="own_answers",
-        max_steps=75,  # about 12 minutes with the warm-up on a 2-core CPU (docs/smollm2.md)
+        max_steps=60,
     ),
 }
 
