@@ -61,6 +61,23 @@ def test_a_trainer_plays_the_same_set_and_keeps_the_games(tmp_path):
     assert "episodes" not in result.to_dict()
 
 
+def test_a_trainer_can_be_scored_greedily(tmp_path):
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="greedy", num_env=4, batch_size=8)
+    with Trainer(config, progress=False) as trainer:
+        greedy = evaluate_trainer(trainer, 6, temperature=0.0)
+        sampled = evaluate_trainer(trainer, 6)
+        sampler = trainer.training_client.save_weights_and_get_sampling_client().result()
+        direct = asyncio.run(
+            evaluate_async(sampler, Prompting(trainer.tokenizer, trainer.template, config.max_tokens, temperature=0.0), env_id=config.env_id, num_games=6)
+        )
+
+    def actions(result):
+        return [[t.act_tokens for t in e.transitions] for e in result.episodes]
+
+    assert actions(greedy) == actions(direct) and greedy.wins == direct.wins
+    assert actions(greedy) != actions(sampled)  # the config's temperature (1.0) is not what played
+
+
 def test_a_trainer_evaluates_every_n_steps_on_its_evaluation_env(tmp_path):
     config = make_config(  # trains on 1-10, scored on 1-20: returns that tell the two sets (and weights) apart
         "laptop", log_dir=str(tmp_path), run_name="every", eval_env_id="game:GuessTheNumber-v0-1to20", eval_every=2, eval_games=6,
