@@ -14,8 +14,9 @@ from gemlab.local.prefix_scoring import Cluster, SharedPrefixes, sharing_plan
 
 # Logits of one micro-batch stay under about this many floats (64 MB in float32; a pass holds a few
 # tensors of that size: the logits, their log-softmax and its gradient), so a 49k-token vocabulary
-# (SmolLM2) trains on long sequences in little memory: a preset=smollm2 run peaks at 3.2-3.4 GB
-# with this bound, 4.6-4.8 GB with 256 MB (measured on the warm-up and 3 RL steps).
+# (SmolLM2) trains on long sequences in little memory: a preset=smollm2 run peaked at 3.2-3.4 GB
+# with this bound, 4.6-4.8 GB with 256 MB (the warm-up and 3 RL steps; 2.8-3.1 GB since prefixes
+# are shared across micro-batches: benchmarks/memory_smollm2.py).
 MAX_LOGIT_FLOATS = 1 << 24
 
 
