@@ -39,6 +39,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 from tinker import types
 
+from gemlab.datums import policy_gradient_datum
 from gemlab.local import SMOLLM2, TINY, LocalServiceClient
 from gemlab.local.futures import ROLES, get_worker
 from gemlab.local.models import build_model, model_source
@@ -158,38 +159,19 @@ def plain_generate(model: Any, prompts: list[list[int]], max_tokens: int, pad_id
 def training_data(prompt: list[int], rows: int, length: int, vocab: int) -> list[types.Datum]:
     """``rows`` datums of ``length`` tokens: the prompt, then random action tokens with advantage 1."""
     g = torch.Generator().manual_seed(0)
-    data = []
-    for _ in range(rows):
-        tokens = prompt + torch.randint(0, vocab, (length + 1 - len(prompt),), generator=g).tolist()
-        pad = len(prompt) - 1
-        data.append(
-            types.Datum(
-                model_input=types.ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs={
-                    "target_tokens": tokens[1:],
-                    "logprobs": [0.0] * (length),
-                    "advantages": [0.0] * pad + [1.0] * (length - pad),
-                },
-            )
-        )
-    return data
+    actions = length + 1 - len(prompt)
+    return [policy_gradient_datum(prompt, torch.randint(0, vocab, (actions,), generator=g).tolist(), [0.0] * actions, 1.0) for _ in range(rows)]
 
 
 def grouped_training_data(prompt: list[int], problems: list[list[int]], answers: int, answer_tokens: int, vocab: int) -> list[types.Datum]:
     """A GRPO step's shape: ``answers`` datums per problem, each the prompt and the problem, then
     ``answer_tokens`` random action tokens with advantage 1."""
     g = torch.Generator().manual_seed(0)
-    data = []
-    for problem in problems:
-        context = prompt + problem
-        for _ in range(answers):
-            tokens = context + torch.randint(0, vocab, (answer_tokens,), generator=g).tolist()
-            n, pad = len(tokens) - 1, len(context) - 1
-            data.append(types.Datum(
-                model_input=types.ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs={"target_tokens": tokens[1:], "logprobs": [0.0] * n, "advantages": [0.0] * pad + [1.0] * (n - pad)},
-            ))
-    return data
+    return [
+        policy_gradient_datum(prompt + problem, torch.randint(0, vocab, (answer_tokens,), generator=g).tolist(), [0.0] * answer_tokens, 1.0)
+        for problem in problems
+        for _ in range(answers)
+    ]
 
 
 def plain_peft_loop(name: str, data: list[types.Datum], rank: int, micro: int = 2) -> Callable[[], Any]:

@@ -141,7 +141,7 @@ def report(folder: Path, figure: Path | None) -> None:
     ax.set_ylim(0, 1)
     ax.set_xlabel("RL steps (0: after the format warm-up)")
     ax.set_ylabel(f"success on {len(seeds[0][0]['warmup']['wins'])} held-out problems")
-    schedule = json.loads(next(folder.glob("seed*/config.json")).read_text()).get("lr_schedule", "constant")
+    schedule = read_run(next(folder.glob("seed*"))).config["lr_schedule"]  # a run older than the field: its default
     rate = "" if schedule == "constant" else f", {schedule} learning rate"
     ax.set_title(f"SmolLM2-135M-Instruct learns sums by RL ({len(seeds)} seeds{rate})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
