@@ -3,6 +3,7 @@ and during RL, per seed, with each run's config and metrics recorded (no checkpo
 
     python benchmarks/smollm2_learning.py --seeds 0 1 2 3 4 --minutes 15 --out data/smollm2-sums
     python benchmarks/smollm2_learning.py --report data/smollm2-sums --figure docs/figures/smollm2-sums.png
+    GEMLAB_THREADS=1 python benchmarks/smollm2_learning.py --seeds 0 1 2 3 4 --minutes 12 --out data/smollm2-times env_id=rg:times-1digit-train eval_env_id=rg:times-1digit-test max_steps=100
 
 Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it) evaluated on the
 fixed held-out set (``eval_env_id``, ``eval_games``) before anything, after ``Trainer.warmup()``,
@@ -92,6 +93,8 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
     array = np.array(values, dtype=float)
     if len(array) < 2:
         return float(array.mean()), float("nan"), float("nan")
+    if np.ptp(array) == 0:  # every seed the same: no spread (scipy would give nan)
+        return float(array[0]), float(array[0]), float(array[0])
     low, high = stats.t.interval(0.95, len(array) - 1, loc=array.mean(), scale=stats.sem(array))
     return float(array.mean()), float(low), float(high)
 
@@ -141,9 +144,10 @@ def report(folder: Path, figure: Path | None) -> None:
     ax.set_ylim(0, 1)
     ax.set_xlabel("RL steps (0: after the format warm-up)")
     ax.set_ylabel(f"success on {len(seeds[0][0]['warmup']['wins'])} held-out problems")
-    schedule = read_run(next(folder.glob("seed*"))).config["lr_schedule"]  # a run older than the field: its default
-    rate = "" if schedule == "constant" else f", {schedule} learning rate"
-    ax.set_title(f"SmolLM2-135M-Instruct learns sums by RL ({len(seeds)} seeds{rate})")
+    config = read_run(next(folder.glob("seed*"))).config
+    rate = "" if config["lr_schedule"] == "constant" else f", {config['lr_schedule']} learning rate"  # a run older than the field: its default
+    task = {"rg:sums-1digit-train": "sums", "rg:diffs-1digit-train": "differences", "rg:times-1digit-train": "products"}.get(config["env_id"], config["env_id"])
+    ax.set_title(f"SmolLM2-135M-Instruct learns {task} by RL ({len(seeds)} seeds{rate})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     figure.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Three GEM env variants (the reproduction studies use them), registered through GEM's ``register``.
+"""GEM env variants (the reproduction studies use them), registered through GEM's ``register``.
 
 - ``game:GuessTheNumber-v0-1to20``: GEM's GuessTheNumberEnv with its own class defaults (1-20,
   20 turns). Any consistent player wins within 20 turns, so only the discount factor rewards
@@ -16,6 +16,11 @@
   and ``5 + 3`` fall on the same side): the test side is 64 questions, the train side the other
   57. The test env's reset seed ``s`` gives question ``s % 64``, so 64 consecutive seeds (the
   evaluation set of ``gemlab.evaluate``) play each held-out question once.
+- ``rg:diffs-1digit-train`` and ``rg:diffs-1digit-test``: the same for differences ("Calculate
+  2 - 7.", answers -10 to 10, ``operators=("-",)``), split by the same unordered pairs (``2 - 7``
+  and ``7 - 2`` on one side): a second task with a held-out side.
+- ``rg:times-1digit-train`` and ``rg:times-1digit-test``: the same for products ("Calculate 4 * 3.",
+  answers 0-100, ``operators=("*",)``).
 - ``rg:sums-to20-train``: every sum of two numbers 0-20 ("Calculate 13 + 7.", the same form and
   grader) except the 64 held-out one-digit ones: 377 questions, too many to learn one by one.
   Tried as ``preset=smollm2``'s training side, it was too hard a start for SmolLM2 (rollout
@@ -37,6 +42,10 @@ PRODUCTS_1DIGIT = "rg:products-1digit"
 SUMS_1DIGIT = "rg:sums-1digit"
 SUMS_TRAIN, SUMS_TEST = f"{SUMS_1DIGIT}-train", f"{SUMS_1DIGIT}-test"
 SUMS_TO20_TRAIN = "rg:sums-to20-train"
+DIFFS_1DIGIT = "rg:diffs-1digit"
+DIFFS_TRAIN, DIFFS_TEST = f"{DIFFS_1DIGIT}-train", f"{DIFFS_1DIGIT}-test"
+TIMES_1DIGIT = "rg:times-1digit"
+TIMES_TRAIN, TIMES_TEST = f"{TIMES_1DIGIT}-train", f"{TIMES_1DIGIT}-test"
 HELD_OUT = 64  # questions on the test side of the sums split
 ANSWERS = {  # every right answer of each task lies here
     PRODUCTS_1DIGIT: range(0, 82),
@@ -44,6 +53,10 @@ ANSWERS = {  # every right answer of each task lies here
     SUMS_TRAIN: range(0, 21),
     SUMS_TEST: range(0, 21),
     SUMS_TO20_TRAIN: range(0, 41),
+    DIFFS_TRAIN: range(-10, 11),
+    DIFFS_TEST: range(-10, 11),
+    TIMES_TRAIN: range(0, 101),
+    TIMES_TEST: range(0, 101),
 }
 
 
@@ -83,8 +96,8 @@ class OneDigitSumsEnv(OneDigitTaskEnv):
     OPTIONS = dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+",), allow_negation=False, allow_parentheses=False)
 
 
-def sums_split(dataset: Any, side: str) -> list[dict[str, Any]]:
-    """One side (``"train"`` or ``"test"``) of the 121 sums, as reasoning-gym items: the test side
+def pair_split(dataset: Any, side: str, operator: str = "+") -> list[dict[str, Any]]:
+    """One side (``"train"`` or ``"test"``) of the 121 questions ``a <operator> b`` (a, b in 0-10), as reasoning-gym items: the test side
     in a fixed order, the train side in the order ``dataset`` (made from the env's seed) first
     yields them, so a run's problems follow from its seed. Unordered pairs are shuffled with a
     fixed seed and dealt to the test side until it holds ``HELD_OUT`` questions; the rest are the
@@ -97,7 +110,7 @@ def sums_split(dataset: Any, side: str) -> list[dict[str, Any]]:
         index += 1
     pairs: dict[tuple[int, ...], list[dict[str, Any]]] = {}
     for item in sorted(items.values(), key=lambda item: item["question"]):
-        pairs.setdefault(tuple(sorted(int(n) for n in item["metadata"]["expression"].split(" + "))), []).append(item)
+        pairs.setdefault(tuple(sorted(int(n) for n in item["metadata"]["expression"].split(f" {operator} "))), []).append(item)
     order = sorted(pairs)
     random.Random(2510_01051).shuffle(order)
     test: list[dict[str, Any]] = []
@@ -115,7 +128,7 @@ class SplitSumsEnv(OneDigitSumsEnv):
 
     def __init__(self, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
         super().__init__(size=size, seed=seed)
-        self.items = sums_split(self.ds, self.SIDE)
+        self.items = pair_split(self.ds, self.SIDE, self.OPTIONS["operators"][0])
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """The question ``seed % len(items)`` of this side (a seed drawn through Python's global
@@ -155,6 +168,42 @@ class SumsTo20TrainEnv(SplitSumsEnv):
         ]
 
 
+class SplitDiffsEnv(SplitSumsEnv):
+    """One side of the differences split: ``a - b`` for a, b in 0-10 ("Calculate 2 - 7.")."""
+
+    OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=("-",))
+
+
+class DiffsTrainEnv(SplitDiffsEnv):
+    """The 57 differences the run may train on."""
+
+    SIDE = "train"
+
+
+class DiffsTestEnv(SplitDiffsEnv):
+    """The 64 held-out differences."""
+
+    SIDE = "test"
+
+
+class SplitTimesEnv(SplitSumsEnv):
+    """One side of the products split: ``a * b`` for a, b in 0-10 ("Calculate 4 * 3.")."""
+
+    OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=("*",))
+
+
+class TimesTrainEnv(SplitTimesEnv):
+    """The 57 products the run may train on."""
+
+    SIDE = "train"
+
+
+class TimesTestEnv(SplitTimesEnv):
+    """The 64 held-out products."""
+
+    SIDE = "test"
+
+
 def register_variants() -> None:
     """Register the variants with GEM (once per process)."""
     if GUESS_20 not in ENV_REGISTRY:
@@ -169,3 +218,11 @@ def register_variants() -> None:
         register(SUMS_TO20_TRAIN, "gemlab.env_variants:SumsTo20TrainEnv")
     if SUMS_TEST not in ENV_REGISTRY:
         register(SUMS_TEST, "gemlab.env_variants:SumsTestEnv")
+    if DIFFS_TRAIN not in ENV_REGISTRY:
+        register(DIFFS_TRAIN, "gemlab.env_variants:DiffsTrainEnv")
+    if DIFFS_TEST not in ENV_REGISTRY:
+        register(DIFFS_TEST, "gemlab.env_variants:DiffsTestEnv")
+    if TIMES_TRAIN not in ENV_REGISTRY:
+        register(TIMES_TRAIN, "gemlab.env_variants:TimesTrainEnv")
+    if TIMES_TEST not in ENV_REGISTRY:
+        register(TIMES_TEST, "gemlab.env_variants:TimesTestEnv")

@@ -42,13 +42,15 @@ def test_importing_gemlab_leaves_the_root_logger_alone():
     assert "Retrying" not in done.stderr + done.stdout
 
 
-def test_the_sums_split_holds_out_64_questions_by_unordered_pair():
+@pytest.mark.parametrize("task, operator", [("sums", "+"), ("diffs", "-"), ("times", "*")])
+def test_the_split_holds_out_64_questions_by_unordered_pair(task, operator):
     import gem
 
-    train, test = (gem.make(f"rg:sums-1digit-{side}", seed=0, use_mp=False) for side in ("train", "test"))
-    pair = lambda item: frozenset(item["metadata"]["expression"].split(" + "))  # noqa: E731
-    assert len(test.items) == 64 and len(train.items) == 57  # all 121 sums of two numbers 0-10
-    assert {pair(i) for i in train.items}.isdisjoint(pair(i) for i in test.items)  # 3 + 5 and 5 + 3 on one side
+    train, test = (gem.make(f"rg:{task}-1digit-{side}", seed=0, use_mp=False) for side in ("train", "test"))
+    pair = lambda item: frozenset(item["metadata"]["expression"].split(f" {operator} "))  # noqa: E731
+    assert len(test.items) == 64 and len(train.items) == 57  # all 121 questions a <op> b, a and b in 0-10
+    assert {pair(i) for i in train.items}.isdisjoint(pair(i) for i in test.items)  # 3 - 5 and 5 - 3 on one side
+    assert all(str(eval(i["metadata"]["expression"])) == i["answer"] for i in train.items + test.items)
     questions = [test.reset(seed=10_000 + i)[0] for i in range(64)]  # gemlab.evaluate's reset seeds
     assert len(set(questions)) == 64
     observation, _ = train.reset(seed=3)
