@@ -121,14 +121,14 @@ def pair_split(dataset: Any, side: str, operator: str = "+") -> list[dict[str, A
     return test if side == "test" else [item for item in items.values() if item["question"] not in held]
 
 
-class SplitSumsEnv(OneDigitSumsEnv):
-    """One side of the sums split (``SIDE``); reset seed ``s`` gives the side's question ``s % len``."""
+class SplitPairsEnv(OneDigitSumsEnv):
+    """One side (``side``) of the split of the 121 questions ``a <operator> b`` (a, b in 0-10,
+    reasoning-gym's ``basic_arithmetic``); reset seed ``s`` gives the side's question ``s % len``."""
 
-    SIDE = "train"
-
-    def __init__(self, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
+    def __init__(self, side: str = "train", operator: str = "+", size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
+        self.OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=(operator,))
         super().__init__(size=size, seed=seed)
-        self.items = pair_split(self.ds, self.SIDE, self.OPTIONS["operators"][0])
+        self.items = pair_split(self.ds, side, operator)
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """The question ``seed % len(items)`` of this side (a seed drawn through Python's global
@@ -139,26 +139,12 @@ class SplitSumsEnv(OneDigitSumsEnv):
         return self.data["question"], {}
 
 
-class SumsTrainEnv(SplitSumsEnv):
-    """The 57 sums the run may train on."""
-
-    SIDE = "train"
-
-
-class SumsTestEnv(SplitSumsEnv):
-    """The 64 held-out sums."""
-
-    SIDE = "test"
-
-
-class SumsTo20TrainEnv(SplitSumsEnv):
+class SumsTo20TrainEnv(SplitPairsEnv):
     """Every sum of two numbers 0-20 but the held-out one-digit ones (377 questions), in
     reasoning-gym's form ("Calculate 13 + 7.", graded by ``basic_arithmetic``'s scorer)."""
 
-    SIDE = "test"  # what the split leaves out; replaced below by the sums trained on
-
     def __init__(self, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
-        super().__init__(size=size, seed=seed)
+        super().__init__("test", "+", size=size, seed=seed)  # the held-out sums, left out below
         held = {item["question"] for item in self.items}
         self.items = [
             {"question": question, "answer": str(a + b), "metadata": {"expression": f"{a} + {b}"}}
@@ -168,40 +154,14 @@ class SumsTo20TrainEnv(SplitSumsEnv):
         ]
 
 
-class SplitDiffsEnv(SplitSumsEnv):
-    """One side of the differences split: ``a - b`` for a, b in 0-10 ("Calculate 2 - 7.")."""
-
-    OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=("-",))
-
-
-class DiffsTrainEnv(SplitDiffsEnv):
-    """The 57 differences the run may train on."""
-
-    SIDE = "train"
-
-
-class DiffsTestEnv(SplitDiffsEnv):
-    """The 64 held-out differences."""
-
-    SIDE = "test"
-
-
-class SplitTimesEnv(SplitSumsEnv):
-    """One side of the products split: ``a * b`` for a, b in 0-10 ("Calculate 4 * 3.")."""
-
-    OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=("*",))
-
-
-class TimesTrainEnv(SplitTimesEnv):
-    """The 57 products the run may train on."""
-
-    SIDE = "train"
-
-
-class TimesTestEnv(SplitTimesEnv):
-    """The 64 held-out products."""
-
-    SIDE = "test"
+SPLITS = {  # env id: (side, operator)
+    SUMS_TRAIN: ("train", "+"),
+    SUMS_TEST: ("test", "+"),
+    DIFFS_TRAIN: ("train", "-"),
+    DIFFS_TEST: ("test", "-"),
+    TIMES_TRAIN: ("train", "*"),
+    TIMES_TEST: ("test", "*"),
+}
 
 
 def register_variants() -> None:
@@ -212,17 +172,8 @@ def register_variants() -> None:
         register(PRODUCTS_1DIGIT, "gemlab.env_variants:OneDigitProductsEnv")
     if SUMS_1DIGIT not in ENV_REGISTRY:
         register(SUMS_1DIGIT, "gemlab.env_variants:OneDigitSumsEnv")
-    if SUMS_TRAIN not in ENV_REGISTRY:
-        register(SUMS_TRAIN, "gemlab.env_variants:SumsTrainEnv")
     if SUMS_TO20_TRAIN not in ENV_REGISTRY:
         register(SUMS_TO20_TRAIN, "gemlab.env_variants:SumsTo20TrainEnv")
-    if SUMS_TEST not in ENV_REGISTRY:
-        register(SUMS_TEST, "gemlab.env_variants:SumsTestEnv")
-    if DIFFS_TRAIN not in ENV_REGISTRY:
-        register(DIFFS_TRAIN, "gemlab.env_variants:DiffsTrainEnv")
-    if DIFFS_TEST not in ENV_REGISTRY:
-        register(DIFFS_TEST, "gemlab.env_variants:DiffsTestEnv")
-    if TIMES_TRAIN not in ENV_REGISTRY:
-        register(TIMES_TRAIN, "gemlab.env_variants:TimesTrainEnv")
-    if TIMES_TEST not in ENV_REGISTRY:
-        register(TIMES_TEST, "gemlab.env_variants:TimesTestEnv")
+    for env_id, (side, operator) in SPLITS.items():
+        if env_id not in ENV_REGISTRY:
+            register(env_id, "gemlab.env_variants:SplitPairsEnv", side=side, operator=operator)
