@@ -21,6 +21,9 @@
   and ``7 - 2`` on one side): a second task with a held-out side.
 - ``rg:times-1digit-train`` and ``rg:times-1digit-test``: the same for products ("Calculate 4 * 3.",
   answers 0-100, ``operators=("*",)``).
+- ``rg:sums-1digit-train-nonzero`` and ``rg:times-1digit-train-nonzero``: the train sides without
+  the 15 questions that have an operand 0 (42 left), on which copying an operand (sums) or
+  answering 0 (products) is right: a shortcut that stalled SmolLM2 runs (docs/smollm2.md).
 - ``rg:sums-to20-train``: every sum of two numbers 0-20 ("Calculate 13 + 7.", the same form and
   grader) except the 64 held-out one-digit ones: 377 questions, too many to learn one by one.
   Tried as ``preset=smollm2``'s training side, it was too hard a start for SmolLM2 (rollout
@@ -123,12 +126,14 @@ def pair_split(dataset: Any, side: str, operator: str = "+") -> list[dict[str, A
 
 class SplitPairsEnv(OneDigitSumsEnv):
     """One side (``side``) of the split of the 121 questions ``a <operator> b`` (a, b in 0-10,
-    reasoning-gym's ``basic_arithmetic``); reset seed ``s`` gives the side's question ``s % len``."""
+    reasoning-gym's ``basic_arithmetic``), less those with an operand under ``min_operand``; reset
+    seed ``s`` gives the side's question ``s % len``."""
 
-    def __init__(self, side: str = "train", operator: str = "+", size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
+    def __init__(self, side: str = "train", operator: str = "+", min_operand: int = 0, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
         self.OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=(operator,))
         super().__init__(size=size, seed=seed)
-        self.items = pair_split(self.ds, side, operator)
+        operands = lambda item: (int(n) for n in item["metadata"]["expression"].split(f" {operator} "))  # noqa: E731
+        self.items = [item for item in pair_split(self.ds, side, operator) if min(operands(item)) >= min_operand]
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """The question ``seed % len(items)`` of this side (a seed drawn through Python's global
@@ -154,13 +159,15 @@ class SumsTo20TrainEnv(SplitPairsEnv):
         ]
 
 
-SPLITS = {  # env id: (side, operator)
-    SUMS_TRAIN: ("train", "+"),
-    SUMS_TEST: ("test", "+"),
-    DIFFS_TRAIN: ("train", "-"),
-    DIFFS_TEST: ("test", "-"),
-    TIMES_TRAIN: ("train", "*"),
-    TIMES_TEST: ("test", "*"),
+SPLITS = {  # env id: (side, operator, min_operand)
+    SUMS_TRAIN: ("train", "+", 0),
+    SUMS_TEST: ("test", "+", 0),
+    f"{SUMS_TRAIN}-nonzero": ("train", "+", 1),
+    DIFFS_TRAIN: ("train", "-", 0),
+    DIFFS_TEST: ("test", "-", 0),
+    TIMES_TRAIN: ("train", "*", 0),
+    TIMES_TEST: ("test", "*", 0),
+    f"{TIMES_TRAIN}-nonzero": ("train", "*", 1),
 }
 
 
@@ -174,6 +181,6 @@ def register_variants() -> None:
         register(SUMS_1DIGIT, "gemlab.env_variants:OneDigitSumsEnv")
     if SUMS_TO20_TRAIN not in ENV_REGISTRY:
         register(SUMS_TO20_TRAIN, "gemlab.env_variants:SumsTo20TrainEnv")
-    for env_id, (side, operator) in SPLITS.items():
+    for env_id, (side, operator, min_operand) in SPLITS.items():
         if env_id not in ENV_REGISTRY:
-            register(env_id, "gemlab.env_variants:SplitPairsEnv", side=side, operator=operator)
+            register(env_id, "gemlab.env_variants:SplitPairsEnv", side=side, operator=operator, min_operand=min_operand)

@@ -67,3 +67,13 @@ def test_sums_to20_holds_377_sums_and_none_of_the_held_out_ones():
     questions = {item["question"] for item in train.items}
     assert len(questions) == 21 * 21 - 64 and questions.isdisjoint(item["question"] for item in test.items)
     assert "Calculate 20 + 13." in questions and all(str(eval(i["metadata"]["expression"])) == i["answer"] for i in train.items)
+
+
+@pytest.mark.parametrize("task", ["sums", "times"])
+def test_the_nonzero_train_side_leaves_out_the_questions_with_an_operand_0(task):
+    import gem
+
+    full, nonzero = (gem.make(f"rg:{task}-1digit-train{suffix}", seed=0, use_mp=False).items for suffix in ("", "-nonzero"))
+    zero = [i for i in full if "0" in i["metadata"]["expression"].replace("10", "").split()]
+    assert len(zero) == 15 and len(nonzero) == 42
+    assert [i["question"] for i in nonzero] == [i["question"] for i in full if i not in zero]
