@@ -49,7 +49,7 @@ DIFFS_1DIGIT = "rg:diffs-1digit"
 DIFFS_TRAIN, DIFFS_TEST = f"{DIFFS_1DIGIT}-train", f"{DIFFS_1DIGIT}-test"
 TIMES_1DIGIT = "rg:times-1digit"
 TIMES_TRAIN, TIMES_TEST = f"{TIMES_1DIGIT}-train", f"{TIMES_1DIGIT}-test"
-HELD_OUT = 64  # questions on the test side of the sums split
+HELD_OUT = 64  # questions on the test side of each split
 ANSWERS = {  # every right answer of each task lies here
     PRODUCTS_1DIGIT: range(0, 82),
     SUMS_1DIGIT: range(0, 21),
@@ -99,6 +99,11 @@ class OneDigitSumsEnv(OneDigitTaskEnv):
     OPTIONS = dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+",), allow_negation=False, allow_parentheses=False)
 
 
+def operands(item: dict[str, Any], operator: str) -> tuple[int, ...]:
+    """The numbers of a reasoning-gym ``basic_arithmetic`` item ``a <operator> b``."""
+    return tuple(int(n) for n in item["metadata"]["expression"].split(f" {operator} "))
+
+
 def pair_split(dataset: Any, side: str, operator: str = "+") -> list[dict[str, Any]]:
     """One side (``"train"`` or ``"test"``) of the 121 questions ``a <operator> b`` (a, b in 0-10), as reasoning-gym items: the test side
     in a fixed order, the train side in the order ``dataset`` (made from the env's seed) first
@@ -113,7 +118,7 @@ def pair_split(dataset: Any, side: str, operator: str = "+") -> list[dict[str, A
         index += 1
     pairs: dict[tuple[int, ...], list[dict[str, Any]]] = {}
     for item in sorted(items.values(), key=lambda item: item["question"]):
-        pairs.setdefault(tuple(sorted(int(n) for n in item["metadata"]["expression"].split(f" {operator} "))), []).append(item)
+        pairs.setdefault(tuple(sorted(operands(item, operator))), []).append(item)
     order = sorted(pairs)
     random.Random(2510_01051).shuffle(order)
     test: list[dict[str, Any]] = []
@@ -132,8 +137,7 @@ class SplitPairsEnv(OneDigitSumsEnv):
     def __init__(self, side: str = "train", operator: str = "+", min_operand: int = 0, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
         self.OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=(operator,))
         super().__init__(size=size, seed=seed)
-        operands = lambda item: (int(n) for n in item["metadata"]["expression"].split(f" {operator} "))  # noqa: E731
-        self.items = [item for item in pair_split(self.ds, side, operator) if min(operands(item)) >= min_operand]
+        self.items = [item for item in pair_split(self.ds, side, operator) if min(operands(item, operator)) >= min_operand]
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """The question ``seed % len(items)`` of this side (a seed drawn through Python's global
