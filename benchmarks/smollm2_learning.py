@@ -26,12 +26,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name
 from gemlab.evaluate import eval_metrics, evaluate_trainer
+from gemlab.local.models import choose_device
 from gemlab.run_folder import export_run, read_run
 from gemlab.trainer import Trainer
+
+
+def device_name() -> str:
+    """Where the local backend runs the model: the GPU's name on CUDA, else ``cpu`` or ``mps``."""
+    device = choose_device()
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Path | None) -> dict:
@@ -39,7 +47,7 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     config = config_from_argv(["preset=smollm2", f"seed={seed}", f"log_dir={log_dir}", *overrides])
     start = time.time()
     trainer = Trainer(config, progress=False)
-    record: dict = {"seed": seed, "cpu": cpu_name(), "threads": os.environ.get("GEMLAB_THREADS", "default"), "load": os.getloadavg()[0]}
+    record: dict = {"seed": seed, "cpu": cpu_name(), "device": device_name(), "threads": os.environ.get("GEMLAB_THREADS", "default"), "load": os.getloadavg()[0]}
 
     def log(stage: str, temperature: float | None = None) -> None:
         result = evaluate_trainer(trainer, temperature=temperature)
@@ -123,7 +131,8 @@ def report(folder: Path, figure: Path | None) -> None:
         mean, low, high = mean_interval(values)
         print(f"{stage:14} mean {mean:.3f}, 95% CI over {len(values)} seeds [{low:.3f}, {high:.3f}] "
               f"(per seed: {', '.join(f'{v:.3f}' for v in values)})")
-    print(f"CPU: {seeds[0][0]['cpu']}, GEMLAB_THREADS={seeds[0][0]['threads']}")
+    device = f", device {seeds[0][0]['device']}" if "device" in seeds[0][0] else ""  # runs before the field: the CPU
+    print(f"CPU: {seeds[0][0]['cpu']}{device}, GEMLAB_THREADS={seeds[0][0]['threads']}")
     if figure is None:
         return
     import matplotlib.pyplot as plt
