@@ -33,6 +33,7 @@ from gemlab.doctor import cpu_name
 from gemlab.evaluate import eval_metrics, evaluate_trainer
 from gemlab.local.models import choose_device
 from gemlab.run_folder import export_run, read_run
+from gemlab.studies.stats import t_half_width
 from gemlab.trainer import Trainer
 
 
@@ -95,16 +96,12 @@ def curve(folder: Path) -> tuple[dict, list[tuple[int, float, float, float]]]:
 
 
 def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and its 95% t-interval over seeds."""
-    from scipy import stats
-
+    """Mean and its 95% t-interval over seeds (zero width when every seed agrees)."""
     array = np.array(values, dtype=float)
     if len(array) < 2:
         return float(array.mean()), float("nan"), float("nan")
-    if np.ptp(array) == 0:  # every seed the same: no spread (scipy would give nan)
-        return float(array[0]), float(array[0]), float(array[0])
-    low, high = stats.t.interval(0.95, len(array) - 1, loc=array.mean(), scale=stats.sem(array))
-    return float(array.mean()), float(low), float(high)
+    half = float(t_half_width(array.std(ddof=1), len(array)))
+    return float(array.mean()), float(array.mean() - half), float(array.mean() + half)
 
 
 def report(folder: Path, figure: Path | None) -> None:

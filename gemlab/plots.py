@@ -216,9 +216,9 @@ def _label(ax: plt.Axes, metric: str, title: str | None, smoothing: int) -> None
 def _mean_and_half_width(seeds: pd.DataFrame, band: str) -> tuple[np.ndarray, np.ndarray]:
     """Per-row mean over the columns (seeds) and the band's half-width: one SD (ddof=0) for
     ``"sd"``, the 95% t-interval of the mean (ddof=1) for ``"ci95"``; missing values are left out."""
-    from scipy import stats
+    from gemlab.studies.stats import t_half_width  # scipy, imported when a band is drawn
 
     mean, n = seeds.mean(axis=1).to_numpy(), seeds.count(axis=1).to_numpy()
     if band == "sd":
         return mean, seeds.std(axis=1, ddof=0).to_numpy()
-    return mean, stats.t.ppf(0.975, np.maximum(n - 1, 1)) * seeds.std(axis=1, ddof=1).to_numpy() / np.sqrt(np.maximum(n, 1))
+    return mean, t_half_width(seeds.std(axis=1, ddof=1).to_numpy(), n)

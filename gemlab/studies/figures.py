@@ -196,8 +196,6 @@ def best_learning_rates(folder: str | Path, *, source: str = "auto") -> dict[str
 def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: str = "sampled") -> bool:
     """Mean over seeds of ``metric`` on the fixed evaluation set per evaluated step, with 95%
     t-intervals; False when the runs have no evaluations."""
-    from scipy import stats as scipy_stats
-
     drawn = False
     for arm, runs in groups.items():
         table = pd.DataFrame([row for run in runs for row in read_evaluations(run.path) if row["mode"] == mode])
@@ -205,7 +203,7 @@ def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: 
             continue
         per_step = table.groupby("step")[metric]
         mean, sd, n = per_step.mean(), per_step.std(ddof=1), per_step.count()
-        half = scipy_stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
+        half = stats.t_half_width(sd, n)
         ax.errorbar(mean.index, mean, yerr=half, marker="o", capsize=3, label=f"{arm} (n={n.max()})")
         drawn = True
     if drawn:
