@@ -4,6 +4,10 @@
   20 turns). Any consistent player wins within 20 turns, so only the discount factor rewards
   winning *fast*: the setting where the gamma study can show something (the easy level's 4 turns
   on 1-10 already force near-bisection to win at all).
+- ``game:GuessTheNumber-v0-easy-wins``: the easy level (1-10, 4 turns) paying for wins only. GEM
+  pays a lost game's last guess ``1 - distance / 9``, up to 0.89 against a win's 1, so RL on it
+  can learn to land close instead of to win (what SmolLM2 runs did, docs/smollm2.md); here a lost
+  game pays 0 (a malformed answer still pays GEM's -0.1).
 - ``rg:products-1digit``: GEM's reasoning-gym task ``rg:products`` restricted to one-digit factors
   (reasoning-gym's ``ProductsConfig(min_digits=1, max_digits=1)``): a single-turn task whose
   answers (0-81) a 0.4M-parameter model can learn; the stock config has factors of up to 5 digits.
@@ -37,10 +41,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from gem.envs.game_env.guess_the_number import GuessTheNumberEnv
 from gem.envs.reasoning_gym import ReasoningGymEnv
 from gem.envs.registration import ENV_REGISTRY, register
 
 GUESS_20 = "game:GuessTheNumber-v0-1to20"
+GUESS_EASY_WINS = "game:GuessTheNumber-v0-easy-wins"
 PRODUCTS_1DIGIT = "rg:products-1digit"
 SUMS_1DIGIT = "rg:sums-1digit"
 SUMS_TRAIN, SUMS_TEST = f"{SUMS_1DIGIT}-train", f"{SUMS_1DIGIT}-test"
@@ -61,6 +67,16 @@ ANSWERS = {  # every right answer of each task lies here
     TIMES_TRAIN: range(0, 101),
     TIMES_TEST: range(0, 101),
 }
+
+
+class WinsOnlyGuessTheNumberEnv(GuessTheNumberEnv):
+    """GuessTheNumber whose lost games pay 0: no credit for a last guess close to the number."""
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        observation, reward, terminated, truncated, info = super().step(action)
+        if truncated and reward > 0:  # out of turns without a win: GEM's closeness credit
+            reward = 0.0
+        return observation, reward, terminated, truncated, info
 
 
 class OneDigitTaskEnv(ReasoningGymEnv):
@@ -179,6 +195,8 @@ def register_variants() -> None:
     """Register the variants with GEM (once per process)."""
     if GUESS_20 not in ENV_REGISTRY:
         register(GUESS_20, "gem.envs.game_env.guess_the_number:GuessTheNumberEnv", min_number=1, max_number=20, max_turns=20)
+    if GUESS_EASY_WINS not in ENV_REGISTRY:
+        register(GUESS_EASY_WINS, "gemlab.env_variants:WinsOnlyGuessTheNumberEnv", min_number=1, max_number=10, max_turns=4)
     if PRODUCTS_1DIGIT not in ENV_REGISTRY:
         register(PRODUCTS_1DIGIT, "gemlab.env_variants:OneDigitProductsEnv")
     if SUMS_1DIGIT not in ENV_REGISTRY:

@@ -77,3 +77,39 @@ def test_the_nonzero_train_side_leaves_out_the_questions_with_an_operand_0(task)
     zero = [i for i in full if "0" in i["metadata"]["expression"].replace("10", "").split()]
     assert len(zero) == 15 and len(nonzero) == 42
     assert [i["question"] for i in nonzero] == [i["question"] for i in full if i not in zero]
+
+
+def play(env_id: str, seed: int, guesses: list[str]) -> tuple[list[str], list[float]]:
+    """A game of ``env_id`` from reset ``seed`` with ``guesses`` (``TARGET`` stands for the number)."""
+    import gem
+
+    env = gem.make(env_id)
+    observations, rewards = [env.reset(seed=seed)[0]], []
+    target = env.unwrapped.game_number
+    for guess in guesses:
+        observation, reward, terminated, _, _ = env.step(guess.replace("TARGET", str(target)))
+        observations.append(observation)
+        rewards.append(reward)
+        if terminated:
+            break
+    return observations, rewards
+
+
+@pytest.mark.parametrize(
+    ("guesses", "gem_last", "wins_last"),
+    [
+        # four valid misses: GEM pays the last one 1 - distance / 9; the variant pays nothing
+        (["\\boxed{%d}" % n for n in (1, 2, 3, 4)], "closeness", 0.0),
+        (["\\boxed{9}", "\\boxed{TARGET}"], 1.0, 1.0),  # a win pays 1 in both
+        (["\\boxed{1}", "\\boxed{2}", "\\boxed{3}", "no number"], -0.1, -0.1),  # malformed: GEM's -0.1 in both
+    ],
+)
+def test_the_wins_only_guess_the_number_pays_no_closeness(guesses, gem_last, wins_last):
+    seed = 5  # its number is 10: none of the misses above hits it
+    gem_obs, gem_rewards = play("game:GuessTheNumber-v0-easy", seed, guesses)
+    wins_obs, wins_rewards = play("game:GuessTheNumber-v0-easy-wins", seed, guesses)
+    assert gem_obs == wins_obs  # the same game, turn for turn
+    assert gem_rewards[:-1] == wins_rewards[:-1] == [0.0] * (len(gem_rewards) - 1)
+    assert wins_rewards[-1] == wins_last
+    expected = 1 - (10 - 4) / 9 if gem_last == "closeness" else gem_last
+    assert gem_rewards[-1] == pytest.approx(expected)
