@@ -32,8 +32,8 @@ from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name
 from gemlab.evaluate import eval_metrics, evaluate_trainer
 from gemlab.local.models import choose_device
+from gemlab.plots import t_half_width
 from gemlab.run_folder import export_run, read_run
-from gemlab.studies.stats import t_half_width
 from gemlab.trainer import Trainer
 
 

@@ -213,11 +213,19 @@ def _label(ax: plt.Axes, metric: str, title: str | None, smoothing: int) -> None
     ax.grid(alpha=0.3)
 
 
+def t_half_width(sd: float | np.ndarray, n: int | np.ndarray) -> np.ndarray:
+    """Half-width of the 95% t-interval of a mean, from the values' sample SD (ddof=1) and their
+    count, elementwise; NaN where the SD is NaN (fewer than 2 values). The one home of the
+    interval over seeds: the bands here, the studies' evaluation curves, the SmolLM2 benchmark."""
+    from scipy import stats  # imported when an interval is drawn
+
+    n = np.asarray(n, dtype=float)
+    return stats.t.ppf(0.975, np.maximum(n - 1, 1)) * np.asarray(sd, dtype=float) / np.sqrt(np.maximum(n, 1))
+
+
 def _mean_and_half_width(seeds: pd.DataFrame, band: str) -> tuple[np.ndarray, np.ndarray]:
     """Per-row mean over the columns (seeds) and the band's half-width: one SD (ddof=0) for
     ``"sd"``, the 95% t-interval of the mean (ddof=1) for ``"ci95"``; missing values are left out."""
-    from gemlab.studies.stats import t_half_width  # scipy, imported when a band is drawn
-
     mean, n = seeds.mean(axis=1).to_numpy(), seeds.count(axis=1).to_numpy()
     if band == "sd":
         return mean, seeds.std(axis=1, ddof=0).to_numpy()

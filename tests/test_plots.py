@@ -1,11 +1,13 @@
 """Plots: a KL panel keeps float noise flat, legends say what each line is, seed means stay where every seed has data."""
 
 import json
+import math
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np
 import pytest
 
 from gemlab import plots
@@ -56,9 +58,6 @@ def test_kl_panel_says_what_its_two_lines_are(tmp_path):
 
 
 def test_seed_bands_leave_out_a_seed_without_a_value_at_a_step():
-    import math
-
-    import numpy as np
     import pandas as pd
 
     metric = "sampler/num_turns_per_won_episode"
@@ -83,3 +82,12 @@ def test_wall_clock_mean_stops_where_the_first_run_stopped_and_averages_the_runs
     assert x[0] == 1.0 and x[-1] == 3.0  # not past the fast run's end
     assert y[0] == pytest.approx(0.1) and y[-1] == pytest.approx((0.4 + 0.6) / 2)
     assert "95% CI" in ax.get_legend().get_title().get_text()
+
+
+def test_t_half_width_matches_the_t_table():
+    # values 1, 2, 3: SD 1, n 3, t(0.975, 2 df) = 4.303 (a published table), so 4.303 / sqrt(3)
+    assert float(plots.t_half_width(1.0, 3)) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
+    # elementwise over curve points: 10 values (t(0.975, 9) = 2.262), no spread, a single value
+    half = plots.t_half_width(np.array([2.0, 0.0, np.nan]), np.array([10, 4, 1]))
+    assert half[0] == pytest.approx(2.262157 * 2 / math.sqrt(10), rel=1e-6)
+    assert half[1] == 0.0 and math.isnan(half[2])

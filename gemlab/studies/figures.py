@@ -203,7 +203,7 @@ def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: 
             continue
         per_step = table.groupby("step")[metric]
         mean, sd, n = per_step.mean(), per_step.std(ddof=1), per_step.count()
-        half = stats.t_half_width(sd, n)
+        half = plots.t_half_width(sd, n)
         ax.errorbar(mean.index, mean, yerr=half, marker="o", capsize=3, label=f"{arm} (n={n.max()})")
         drawn = True
     if drawn:

@@ -9,8 +9,6 @@
   (``scipy.stats.permutation_test``, ``permutation_type='samples'``); ``unpaired_contrast`` is
   the same with a Welch t statistic and ``permutation_type='independent'`` for arms whose seeds
   do not pair.
-- ``t_half_width``: the half-width of a mean's 95% t-interval from its SD and count, elementwise
-  (the bands of the learning curves, the SmolLM2 benchmark's table).
 - ``holm``: Holm's step-down adjustment of a study's p-values (family-wise error at 5%).
 - ``seeds_needed``: seeds per arm for a paired t-test to detect a difference ``effect`` with
   standard deviation ``sd`` of the paired differences (noncentral t, ``scipy.stats.nct``).
@@ -65,13 +63,6 @@ class Contrast:
     high: float
     p: float
     n: int
-
-
-def t_half_width(sd: float | np.ndarray, n: int | np.ndarray) -> np.ndarray:
-    """Half-width of the 95% t-interval of a mean, from the values' sample SD (ddof=1) and their
-    count, elementwise; NaN where the SD is NaN (fewer than 2 values)."""
-    n = np.asarray(n, dtype=float)
-    return stats.t.ppf(0.5 + CONFIDENCE / 2, np.maximum(n - 1, 1)) * np.asarray(sd, dtype=float) / np.sqrt(np.maximum(n, 1))
 
 
 def _clean(values: Sequence[float]) -> np.ndarray:

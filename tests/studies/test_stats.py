@@ -66,11 +66,3 @@ def test_one_seed_is_shown_without_an_interval():
     assert str(stats.interval([0.875, 0.875])) == "0.875 (all 2 seeds equal: no interval)"
     assert "nan" not in str(stats.interval([0.5, 0.7, 0.9]))
 
-
-def test_t_half_width_matches_the_t_table():
-    # values 1, 2, 3: SD 1, n 3, t(0.975, 2 df) = 4.303 (a published table), so 4.303 / sqrt(3)
-    assert float(stats.t_half_width(1.0, 3)) == pytest.approx(4.302653 / math.sqrt(3), rel=1e-6)
-    # elementwise over curve points: 10 values (t(0.975, 9) = 2.262), no spread, a single value
-    half = stats.t_half_width(np.array([2.0, 0.0, np.nan]), np.array([10, 4, 1]))
-    assert half[0] == pytest.approx(2.262157 * 2 / math.sqrt(10), rel=1e-6)
-    assert half[1] == 0.0 and math.isnan(half[2])
