@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from gemlab.config import config_from_argv
+from gemlab.doctor import device_name
 from gemlab.local.models import DEVICE_ENV, SMOLLM2, choose_device, load_tokenizer, model_source
 from gemlab.trainer import Trainer
 
@@ -162,8 +163,7 @@ def main() -> None:
     except ValueError as error:
         parser.error(str(error))
     os.environ[DEVICE_ENV] = str(device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    print(f"device {name}, torch {torch.__version__}, load {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"device {device_name(device)}, torch {torch.__version__}, load {os.getloadavg()[0]:.1f}", flush=True)
     for model in args.models:
         if model == "qwen3":
             with in_a_hub_cache(QWEN3_NAME, *random_qwen3(args.layers)) as qwen3:

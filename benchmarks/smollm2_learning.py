@@ -26,21 +26,13 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from gemlab.config import config_from_argv
-from gemlab.doctor import cpu_name
+from gemlab.doctor import cpu_name, device_name
 from gemlab.evaluate import eval_metrics, evaluate_trainer
-from gemlab.local.models import choose_device
 from gemlab.plots import t_half_width
 from gemlab.run_folder import export_run, read_run
 from gemlab.trainer import Trainer
-
-
-def device_name() -> str:
-    """Where the local backend runs the model: the GPU's name on CUDA, else ``cpu`` or ``mps``."""
-    device = choose_device()
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Path | None) -> dict:

@@ -125,6 +125,18 @@ def cpu_name() -> str:
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), platform.machine())
 
 
+def device_name(device: Any = None) -> str:
+    """Where the local backend runs its models (``device``, else ``$GEMLAB_DEVICE`` or the first
+    of CUDA, MPS, CPU): the GPU's name on CUDA, else ``cpu`` or ``mps``; with ``cpu_name``, the
+    machine a speed figure was measured on."""
+    import torch
+
+    from gemlab.local.models import choose_device
+
+    chosen = choose_device(device) if not isinstance(device, torch.device) else device
+    return torch.cuda.get_device_name(chosen) if chosen.type == "cuda" else chosen.type
+
+
 def check_install(report: Report) -> bool:
     """Python and every requirement of gemlab (from its own package metadata) at a version it
     accepts; returns whether all are there."""

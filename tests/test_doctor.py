@@ -121,3 +121,13 @@ def test_an_unmeasured_notebook_is_listed_without_a_prediction(
     monkeypatch.setattr(doctor, "UNMEASURED", ["11_new"])
     assert doctor.main([]) == 0  # a missing cost is the project's to fix, not the machine's
     assert "11_new                         ?   (cost not measured yet: python benchmarks/calibrate_doctor.py 11_new)" in capsys.readouterr().out
+
+
+def test_device_name_names_where_models_run(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("GEMLAB_DEVICE", "cpu")
+    assert doctor.device_name() == "cpu"  # from $GEMLAB_DEVICE
+    assert doctor.device_name(torch.device("cpu")) == "cpu"
+    with pytest.raises(ValueError, match="Unknown device 'tpu9'"):
+        doctor.device_name("tpu9")

@@ -65,4 +65,3 @@ def test_one_seed_is_shown_without_an_interval():
     assert str(stats.interval([0.75])) == "0.75 (1 seed: no interval)"
     assert str(stats.interval([0.875, 0.875])) == "0.875 (all 2 seeds equal: no interval)"
     assert "nan" not in str(stats.interval([0.5, 0.7, 0.9]))
-
