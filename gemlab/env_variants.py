@@ -32,6 +32,9 @@
   grader) except the 64 held-out one-digit ones: 377 questions, too many to learn one by one.
   Tried as ``preset=smollm2``'s training side, it was too hard a start for SmolLM2 (rollout
   success 0.00-0.22 over 10 RL steps, docs/smollm2.md); it is there to train on.
+- ``rg:sums-mix-train``: half its problems from ``rg:sums-1digit-train`` (a start SmolLM2 can
+  learn from), half from ``rg:sums-to20-train`` (too many to learn one by one), so that RL on it
+  has to learn addition rather than 57 answers; the held-out one-digit sums stay out of both.
 
 Importing ``gemlab.envs`` registers them all, so ``python -m gemlab.train env_id=...`` knows them.
 """
@@ -51,6 +54,7 @@ PRODUCTS_1DIGIT = "rg:products-1digit"
 SUMS_1DIGIT = "rg:sums-1digit"
 SUMS_TRAIN, SUMS_TEST = f"{SUMS_1DIGIT}-train", f"{SUMS_1DIGIT}-test"
 SUMS_TO20_TRAIN = "rg:sums-to20-train"
+SUMS_MIX_TRAIN = "rg:sums-mix-train"
 DIFFS_1DIGIT = "rg:diffs-1digit"
 DIFFS_TRAIN, DIFFS_TEST = f"{DIFFS_1DIGIT}-train", f"{DIFFS_1DIGIT}-test"
 TIMES_1DIGIT = "rg:times-1digit"
@@ -62,6 +66,7 @@ ANSWERS = {  # every right answer of each task lies here
     SUMS_TRAIN: range(0, 21),
     SUMS_TEST: range(0, 21),
     SUMS_TO20_TRAIN: range(0, 41),
+    SUMS_MIX_TRAIN: range(0, 41),
     DIFFS_TRAIN: range(-10, 11),
     DIFFS_TEST: range(-10, 11),
     TIMES_TRAIN: range(0, 101),
@@ -179,6 +184,23 @@ class SumsTo20TrainEnv(SplitPairsEnv):
         ]
 
 
+class SumsMixTrainEnv(SumsTo20TrainEnv):
+    """``rg:sums-1digit-train``'s 57 questions for even reset seeds, ``rg:sums-to20-train``'s 377
+    for odd ones: half the problems one-digit, half up to 20 + 20."""
+
+    def __init__(self, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
+        super().__init__(size=size, seed=seed)
+        self.one_digit = pair_split(self.ds, "train")
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """The question ``seed // 2`` (modulo its side's size) of the side ``seed``'s parity picks."""
+        seed = seed if seed is not None else random.randrange(2**31)
+        side = self.one_digit if seed % 2 == 0 else self.items
+        self.data = side[seed // 2 % len(side)]
+        self.idx += 1
+        return self.data["question"], {}
+
+
 SPLITS = {  # env id: (side, operator, min_operand)
     SUMS_TRAIN: ("train", "+", 0),
     SUMS_TEST: ("test", "+", 0),
@@ -203,6 +225,8 @@ def register_variants() -> None:
         register(SUMS_1DIGIT, "gemlab.env_variants:OneDigitSumsEnv")
     if SUMS_TO20_TRAIN not in ENV_REGISTRY:
         register(SUMS_TO20_TRAIN, "gemlab.env_variants:SumsTo20TrainEnv")
+    if SUMS_MIX_TRAIN not in ENV_REGISTRY:
+        register(SUMS_MIX_TRAIN, "gemlab.env_variants:SumsMixTrainEnv")
     for env_id, (side, operator, min_operand) in SPLITS.items():
         if env_id not in ENV_REGISTRY:
             register(env_id, "gemlab.env_variants:SplitPairsEnv", side=side, operator=operator, min_operand=min_operand)

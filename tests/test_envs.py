@@ -69,6 +69,20 @@ def test_sums_to20_holds_377_sums_and_none_of_the_held_out_ones():
     assert "Calculate 20 + 13." in questions and all(str(eval(i["metadata"]["expression"])) == i["answer"] for i in train.items)
 
 
+def test_sums_mix_draws_half_its_problems_from_each_training_side():
+    import gem
+
+    mix, one_digit, to20, test = (
+        gem.make(f"rg:{name}", seed=0, use_mp=False) for name in ("sums-mix-train", "sums-1digit-train", "sums-to20-train", "sums-1digit-test")
+    )
+    even = {mix.reset(seed=2 * s)[0] for s in range(500)}
+    odd = {mix.reset(seed=2 * s + 1)[0] for s in range(2000)}
+    assert even == {item["question"] for item in one_digit.items} and odd == {item["question"] for item in to20.items}
+    assert (even | odd).isdisjoint(item["question"] for item in test.items)
+    question, _ = mix.reset(seed=7)
+    assert mix.step(f"\\boxed{{{eval(question.removeprefix('Calculate ').rstrip('.'))}}}")[1] == 1.0
+
+
 @pytest.mark.parametrize("task", ["sums", "times"])
 def test_the_nonzero_train_side_leaves_out_the_questions_with_an_operand_0(task):
     import gem
