@@ -31,8 +31,8 @@ import numpy as np
 from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name, device_name
 from gemlab.evaluate import eval_metrics, evaluate_trainer
-from gemlab.plots import t_half_width
 from gemlab.run_folder import export_run, read_run
+from gemlab.studies.held_out_runs import mean_interval, recorded_seeds
 from gemlab.trainer import Trainer
 
 
@@ -75,34 +75,10 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     return record
 
 
-def curve(folder: Path) -> tuple[dict, list[tuple[int, float, float, float]]]:
-    """A recorded seed's ``eval.json`` and its held-out curve: (RL steps taken, success, low, high),
-    from the warm-up (0 steps) on."""
-    record = json.loads((folder / "eval.json").read_text())
-    low, high = record["warmup"]["interval95"]
-    points = [(0, record["warmup"]["success"], low, high)]
-    metrics = read_run(folder).metrics
-    for _, row in metrics.dropna(subset=["eval/success"]).iterrows() if "eval/success" in metrics else ():
-        points.append((int(row["step"]) + 1, row["eval/success"], row["eval/success_low"], row["eval/success_high"]))
-    if "final" in record:
-        final = record["final"]
-        points.append((final["step"], final["eval/success"], final["eval/success_low"], final["eval/success_high"]))
-    return record, points
-
-
-def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and its 95% t-interval over seeds (zero width when every seed agrees)."""
-    array = np.array(values, dtype=float)
-    if len(array) < 2:
-        return float(array.mean()), float("nan"), float("nan")
-    half = float(t_half_width(array.std(ddof=1), len(array)))
-    return float(array.mean()), float(array.mean() - half), float(array.mean() + half)
-
-
 def report(folder: Path, figure: Path | None) -> None:
     """The table over the recorded seeds (each with its Wilson 95% interval over problems; the mean
     with its t-interval over seeds; the paired gain of RL over the warm-up) and its figure."""
-    seeds = [curve(path) for path in sorted(folder.glob("seed*")) if (path / "eval.json").exists()]
+    seeds = recorded_seeds(folder)
     print(f"{'seed':>4}  {'base':>6}  {'warm-up':22}  {'after RL':22}  steps  minutes  load     peak GB")
     for record, points in seeds:
         base = f"{record['base']['success']:.3f}" if "base" in record else "-"
