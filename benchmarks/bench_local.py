@@ -5,17 +5,18 @@ measured in one run: sampling, forward_backward, the bfloat16 mode, and the tiny
     python benchmarks/bench_local.py --skip-smollm2        # the tiny model only
 
 - **limit**: one core's float32 matmul peak, the best of a few 2048x2048 ``torch.mm`` on one
-  thread. A phase's efficiency is ``FLOPs / (CPU-seconds x peak per core)``: the share of the
-  peak it gets from every CPU-second it burns, whatever the thread count. FLOPs are counted by
-  ``torch.utils.flop_counter.FlopCounterMode`` on the thread that does the work (matmuls and
-  attention, LoRA included).
+  thread (``gemlab.local.precision.matmul_rate``). A phase's efficiency is ``FLOPs /
+  (CPU-seconds x peak per core)``: the share of the peak it gets from every CPU-second it burns,
+  whatever the thread count. FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode``
+  on the thread that does the work (matmuls and attention, LoRA included).
 - **plain library**: ``transformers`` ``generate`` (sampling) and a plain PEFT loop
   (forward_backward + AdamW; micro-batches of 2 sequences, as 16 at once do not fit in memory; 16
   for the preset's shape, 4 problems x 16 short answers) on the same weights, LoRA rank and thread
   count, in this process.
 - **bfloat16**: ``GEMLAB_DTYPE=bfloat16`` for the same work, and the logprob difference it costs:
   bf16 sampler vs float32 learner (what switching costs) and bf16 sampler vs bf16 learner (what
-  ``train/kl_sample_train`` then shows).
+  ``train/kl_sample_train`` then shows); left out where bfloat16's matmul peak is under a quarter
+  of float32's (an AVX2-only CPU: about 1/60).
 - **steps**: wall and CPU seconds of a ``preset=smollm2`` RL step (64 episodes; the base model,
   whose answers run to ``max_tokens``) and of a ``preset=laptop`` step, vs their compute floor
   (counted FLOPs at the per-core peak).
@@ -43,7 +44,7 @@ from gemlab.datums import policy_gradient_datum
 from gemlab.local import SMOLLM2, TINY, LocalServiceClient
 from gemlab.local.futures import ROLES, get_worker
 from gemlab.local.models import build_model, model_source
-from gemlab.local.precision import DTYPE_ENV
+from gemlab.local.precision import DTYPE_ENV, matmul_rate
 
 PREAMBLE = (
     "<|im_start|>user\nYou are playing language games. Make valid actions to win.\n"
@@ -71,22 +72,6 @@ def timed(repeats: int, fn: Callable[[], Any]) -> tuple[float, float]:
         fn()
         best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
     return best
-
-
-def peak_flops_per_core(dtype: torch.dtype = torch.float32, size: int = 2048) -> float:
-    """FLOP per CPU-second of one thread on a large matmul (the best of ten; CPU time, so that
-    time the scheduler gives to other processes does not count against it)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(10):
-        start = time.thread_time()
-        torch.mm(a, b)
-        best = min(best, time.thread_time() - start)
-    torch.set_num_threads(threads)
-    return 2 * size**3 / best
 
 
 def count_flops_on_workers(fn: Callable[[], Any]) -> int:
@@ -201,9 +186,11 @@ def plain_peft_loop(name: str, data: list[types.Datum], rank: int, micro: int = 
 
 # ----- the benchmark --------------------------------------------------------------------------
 def bench_smollm2(
-    report: Report, repeats: int, requests: int, max_tokens: int, rows: int, length: int, parts: list[str]
+    report: Report, repeats: int, requests: int, max_tokens: int, rows: int, length: int, parts: list[str], bf16_ratio: float
 ) -> None:
-    """Sampling against ``generate``; training (and bfloat16) against a plain PEFT loop."""
+    """Sampling against ``generate``; training (and bfloat16) against a plain PEFT loop. bfloat16 is
+    left out where its matmul peak is under a quarter of float32's (``bf16_ratio``): its passes would
+    take many times as long to say what that ratio already says."""
     service = LocalServiceClient(root=tempfile.mkdtemp(prefix="gemlab-bench-"))
     training = service.create_lora_training_client(base_model=SMOLLM2, rank=32, seed=0).result()
     sampler = training.save_weights_and_get_sampling_client().result()
@@ -262,6 +249,9 @@ def bench_smollm2(
     report.row(f"{what}: local", *timed(repeats, train_grouped), count_flops_on_workers(train_grouped), plain_grouped[0])
 
     # bfloat16: the same sampling and training, and the logprob difference it costs
+    if bf16_ratio < 0.25:
+        print(f"  bfloat16 left out: its matmul peak is {bf16_ratio:.3f} of float32's on this CPU (GEMLAB_DTYPE=bfloat16 would be slower)")
+        return
     prompts = scenarios["turn 2 (shared preamble, own history)"]
     local_flops = count_flops_on_workers(local_sampling(sampler, prompts, max_tokens))
     fp32_sample = timed(repeats, local_sampling(sampler, prompts, max_tokens))
@@ -334,9 +324,8 @@ def main() -> None:
                         help="SmolLM2 parts to run (training includes bfloat16)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible, load {os.getloadavg()}")
-    peak = peak_flops_per_core()
-    print(f"limit: {peak / 1e9:.0f} GFLOP per CPU-second float32 (2048^3 torch.mm, 1 thread); "
-          f"bfloat16 {peak_flops_per_core(torch.bfloat16) / 1e9:.0f}")
+    peak, bf16_peak = matmul_rate(), matmul_rate(torch.bfloat16)
+    print(f"limit: {peak / 1e9:.0f} GFLOP per CPU-second float32 (2048^3 torch.mm, 1 thread); bfloat16 {bf16_peak / 1e9:.1f}")
     report = Report(peak)
     if not args.skip_smollm2 and args.parts:
         try:
@@ -344,7 +333,7 @@ def main() -> None:
         except FileNotFoundError as exc:
             print(f"{SMOLLM2} skipped: {exc}")
         else:
-            bench_smollm2(report, args.repeats, args.requests, args.max_tokens, args.rows, args.length, args.parts)
+            bench_smollm2(report, args.repeats, args.requests, args.max_tokens, args.rows, args.length, args.parts, bf16_peak / peak)
     from gemlab.config import make_config
 
     log_dir = tempfile.mkdtemp(prefix="gemlab-bench-")

@@ -2,8 +2,9 @@
 
 Checks the install (Python, every package gemlab requires at the versions it requires, a Jupyter
 kernel, Chromium for the browser tests), memory and disk, trains a few laptop-preset steps in a
-temporary folder to measure this machine's step time under its current load, and predicts how long
-each notebook takes here. Prints one line per problem found; exit status 0 when there is none, 1
+temporary folder to measure this machine's step time under its current load, predicts how long
+each notebook takes here, and says whether ``GEMLAB_DTYPE=bfloat16`` could be faster on this CPU
+(its matmul rate against float32's, measured). Prints one line per problem found; exit status 0 when there is none, 1
 otherwise. Uses only gemlab's public API, so it checks what a notebook would use.
 """
 
@@ -228,6 +229,23 @@ def measure_step_time(steps: int) -> tuple[float, float]:
     return loaded, statistics.median(durations[1:] or durations)
 
 
+def precision_advice() -> str:
+    """This CPU's bfloat16 matmul rate against float32's (one core, measured), and what it means for
+    ``GEMLAB_DTYPE``: CPUs differ by a factor of 100 here, so it is measured, never assumed."""
+    import torch
+
+    from gemlab.local.precision import matmul_rate
+
+    fp32, bf16 = matmul_rate(torch.float32), matmul_rate(torch.bfloat16)
+    ratio = bf16 / fp32
+    advice = (
+        "bfloat16 may train faster here: try GEMLAB_DTYPE=bfloat16 (python benchmarks/bench_local.py times whole passes)"
+        if ratio > 1.2
+        else "keep float32, the default (GEMLAB_DTYPE=bfloat16 would not be faster here)"
+    )
+    return f"matmul on one core: float32 {fp32 / 1e9:.0f} GFLOP/s, bfloat16 {bf16 / 1e9:.1f} GFLOP/s ({ratio:.2f}x): {advice}"
+
+
 def predict(step_s: float) -> dict[str, float]:
     """Each notebook's predicted seconds on a machine whose laptop step takes ``step_s``."""
     return {name: steps * step_s + fixed * step_s / REFERENCE_STEP_S for name, (steps, fixed, _) in NOTEBOOK_COSTS.items()}
@@ -265,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {name:<24} {'?':>7}   (cost not measured yet: python benchmarks/calibrate_doctor.py {name})")
             print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in 07's lab): "
                   f"{minutes(LAPTOP_RUN_STEPS * step_s + loaded)}")  # fmt: skip
+            print(precision_advice())
             if slower > 3:
                 report.problem(
                     f"laptop steps are {slower:.1f}x slower than on the reference machine: notebook 06's training takes "

@@ -16,6 +16,7 @@ def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle machine whose laptop step takes twice the reference time (no training is run)."""
     monkeypatch.setattr(doctor.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
     monkeypatch.setattr(doctor, "measure_step_time", lambda steps: (1.0, 2 * doctor.REFERENCE_STEP_S))
+    monkeypatch.setattr(doctor, "precision_advice", lambda: "matmul on one core: (not measured in tests)")
 
 
 def test_a_healthy_machine_exits_0_and_predicts_every_notebook(quiet_machine: None, capsys: pytest.CaptureFixture) -> None:
@@ -55,6 +56,27 @@ def test_a_missing_package_and_a_slow_machine_are_one_line_each(
     monkeypatch.setattr(doctor, "measure_step_time", lambda steps: (1.0, 5 * doctor.REFERENCE_STEP_S))
     assert doctor.main([]) == 1
     assert "problem: laptop steps are 5.0x slower than on the reference machine" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("bf16", "advice"), [(1.3e9, "keep float32"), (80e9, "keep float32"), (180e9, "try GEMLAB_DTYPE=bfloat16")])
+def test_the_precision_advice_follows_the_measured_matmul_rates(monkeypatch: pytest.MonkeyPatch, bf16: float, advice: str) -> None:
+    import torch
+
+    from gemlab.local import precision
+
+    monkeypatch.setattr(precision, "matmul_rate", lambda dtype: 80e9 if dtype == torch.float32 else bf16)
+    line = doctor.precision_advice()
+    assert line.startswith(f"matmul on one core: float32 80 GFLOP/s, bfloat16 {bf16 / 1e9:.1f} GFLOP/s ({bf16 / 80e9:.2f}x)")
+    assert advice in line
+
+
+def test_the_matmul_rate_is_a_plausible_flop_rate() -> None:
+    import torch
+
+    from gemlab.local.precision import matmul_rate
+
+    rate = matmul_rate(torch.float32, size=256, budget_s=0.05)  # any CPU of this decade: 1-1000 GFLOP per second
+    assert 1e9 < rate < 1e12
 
 
 def test_bad_steps_is_one_line(capsys: pytest.CaptureFixture) -> None:

@@ -4,15 +4,18 @@
 ``bfloat16`` runs every forward and backward pass, sampling and training alike, under
 ``torch.autocast``: the matmuls run in bfloat16 while the weights, LoRA adapters, optimizer state
 and logprobs stay float32. On CPUs with AVX-512 BF16 (Zen 4, Sapphire Rapids) it makes a pass
-about 1.7x faster; the price is rounding, so the sampler's and the learner's logprobs of the same
-tokens differ more than in float32, which ``train/kl_sample_train_v*`` shows.
-``benchmarks/bench_local.py`` measures both. float32 stays the default so results do not move.
+about 1.7x faster; without it (an Intel Xeon with AVX-512 BF16 but no AMX: half the float32 rate;
+an AMD EPYC with AVX2 only: about 1/60) it is slower. ``matmul_rate`` measures the ratio
+(``python -m gemlab.doctor`` prints it) and ``benchmarks/bench_local.py`` whole passes; the price
+is rounding, so the sampler's and the learner's logprobs of the same tokens differ more than in
+float32, which ``train/kl_sample_train_v*`` shows. float32 stays the default so results do not move.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 
 import torch
@@ -38,3 +41,32 @@ def autocast(device: torch.device) -> Iterator[None]:
         return
     with torch.autocast(device.type, dtype=dtype):
         yield
+
+
+def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 2048, budget_s: float = 2.0) -> float:
+    """FLOP per CPU-second of one thread multiplying square matrices of ``dtype``: the best of up to
+    ten products within about ``budget_s`` CPU-seconds (CPU time, so that time the scheduler gives
+    to other processes does not count against it). The matrices are ``size`` square, or smaller
+    where one product would take over 0.05 s: bfloat16 without hardware support runs at ~1 GFLOP/s."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        n = 256
+        while True:
+            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+            start = time.thread_time()
+            torch.mm(a, b)
+            if n >= size or time.thread_time() - start >= 0.05:
+                break
+            n *= 2
+        best, spent = float("inf"), 0.0
+        for _ in range(10):
+            start = time.thread_time()
+            torch.mm(a, b)
+            elapsed = time.thread_time() - start
+            best, spent = min(best, elapsed), spent + elapsed
+            if spent > budget_s:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * n**3 / best
