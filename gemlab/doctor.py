@@ -4,8 +4,9 @@ Checks the install (Python, every package gemlab requires at the versions it req
 kernel, Chromium for the browser tests), memory and disk, trains a few laptop-preset steps in a
 temporary folder to measure this machine's step time under its current load, predicts how long
 each notebook takes here, and says whether ``GEMLAB_DTYPE=bfloat16`` could be faster on this CPU
-(its matmul rate against float32's, measured). Prints one line per problem found; exit status 0 when there is none, 1
-otherwise. Uses only gemlab's public API, so it checks what a notebook would use.
+(its matmul rate against float32's, measured). Prints one line per problem found; exit status 0
+when there is none, 1 otherwise. Uses only gemlab's public API, so it checks what a notebook would
+use.
 """
 
 from __future__ import annotations

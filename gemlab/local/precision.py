@@ -3,12 +3,13 @@
 
 ``bfloat16`` runs every forward and backward pass, sampling and training alike, under
 ``torch.autocast``: the matmuls run in bfloat16 while the weights, LoRA adapters, optimizer state
-and logprobs stay float32. On CPUs with AVX-512 BF16 (Zen 4, Sapphire Rapids) it makes a pass
-about 1.7x faster; without it (an Intel Xeon with AVX-512 BF16 but no AMX: half the float32 rate;
-an AMD EPYC with AVX2 only: about 1/60) it is slower. ``matmul_rate`` measures the ratio
-(``python -m gemlab.doctor`` prints it) and ``benchmarks/bench_local.py`` whole passes; the price
-is rounding, so the sampler's and the learner's logprobs of the same tokens differ more than in
-float32, which ``train/kl_sample_train_v*`` shows. float32 stays the default so results do not move.
+and logprobs stay float32. On CPUs with fast bfloat16 matmuls (Zen 4's AVX-512 BF16, Sapphire
+Rapids' AMX) it makes a pass about 1.7x faster; elsewhere it is slower (an Intel Xeon with
+AVX-512 BF16 but no AMX: half the float32 rate; an AMD EPYC with AVX2 only: about 1/60).
+``matmul_rate`` measures the ratio (``python -m gemlab.doctor`` prints it) and
+``benchmarks/bench_local.py`` whole passes. The price is rounding: the sampler's and the learner's
+logprobs of the same tokens differ more than in float32, which ``train/kl_sample_train_v*`` shows.
+float32 stays the default so results do not move.
 """
 
 from __future__ import annotations
