@@ -5,10 +5,11 @@ measured in one run: sampling, forward_backward, the bfloat16 mode, and the tiny
     python benchmarks/bench_local.py --skip-smollm2        # the tiny model only
 
 - **limit**: one core's float32 matmul peak, the best of a few 2048x2048 ``torch.mm`` on one
-  thread (``gemlab.local.precision.matmul_rate``). A phase's efficiency is ``FLOPs /
-  (CPU-seconds x peak per core)``: the share of the peak it gets from every CPU-second it burns,
-  whatever the thread count. FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode``
-  on the thread that does the work (matmuls and attention, LoRA included).
+  thread (smaller on a CPU too slow for them; ``gemlab.local.precision.matmul_rate``). A phase's
+  efficiency is ``FLOPs / (CPU-seconds x peak per core)``: the share of the peak it gets from
+  every CPU-second it burns, whatever the thread count. FLOPs are counted by
+  ``torch.utils.flop_counter.FlopCounterMode`` on the thread that does the work (matmuls and
+  attention, LoRA included).
 - **plain library**: ``transformers`` ``generate`` (sampling) and a plain PEFT loop
   (forward_backward + AdamW; micro-batches of 2 sequences, as 16 at once do not fit in memory; 16
   for the preset's shape, 4 problems x 16 short answers) on the same weights, LoRA rank and thread
@@ -325,7 +326,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible, load {os.getloadavg()}")
     peak, bf16_peak = matmul_rate(), matmul_rate(torch.bfloat16)
-    print(f"limit: {peak / 1e9:.0f} GFLOP per CPU-second float32 (2048^3 torch.mm, 1 thread); bfloat16 {bf16_peak / 1e9:.1f}")
+    print(f"limit: {peak / 1e9:.0f} GFLOP per CPU-second float32 (torch.mm of up to 2048^3, 1 thread); bfloat16 {bf16_peak / 1e9:.1f}")
     report = Report(peak)
     if not args.skip_smollm2 and args.parts:
         try:

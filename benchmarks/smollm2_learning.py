@@ -10,8 +10,8 @@ fixed held-out set (``eval_env_id``, ``eval_games``) before anything, after ``Tr
 and every ``eval_every`` RL steps by the Trainer itself (``eval/*`` in ``metrics.jsonl``), until
 ``max_steps`` or ``--minutes`` of wall time (loading and warm-up included) run out; the last step
 is always evaluated. These are sampled at the run's temperature, as in training; after the warm-up
-and at the end the same problems are also answered greedily (temperature 0; its question, answer and
-reward per problem kept in ``eval.json``). Writes ``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}``
+and at the end the same problems are also answered greedily (temperature 0; per problem its question,
+answer (a multi-turn game's answers joined by `` | ``) and return kept in ``eval.json``). Writes ``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}``
 and prints a line per step. Not a test: a seed takes about a quarter of an hour.
 """
 
@@ -47,7 +47,9 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
         result = evaluate_trainer(trainer, temperature=temperature)
         record[stage] = {**result.to_dict(), "wall_s": time.time() - start, "step": trainer.step_index}
         if stage == "final_greedy":  # what it answers, to read where it fails
-            record[stage]["answers"] = [[e.transitions[0].observation, e.transitions[0].action, e.total_reward] for e in result.episodes if e.transitions]
+            record[stage]["answers"] = [  # [first observation, the turns' actions joined by " | ", return]
+                [e.transitions[0].observation, " | ".join(t.action for t in e.transitions), e.total_reward] for e in result.episodes if e.transitions
+            ]
         low, high = result.interval95()
         print(f"seed {seed} {stage:7} held-out {result.success:.3f} [{low:.2f}, {high:.2f}] wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
 

@@ -49,7 +49,8 @@ def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 2048, budget_s: 
     """FLOP per CPU-second of one thread multiplying square matrices of ``dtype``: the best of up to
     ten products within about ``budget_s`` CPU-seconds (CPU time, so that time the scheduler gives
     to other processes does not count against it). The matrices are ``size`` square, or smaller
-    where one product would take over 0.05 s: bfloat16 without hardware support runs at ~1 GFLOP/s."""
+    where one product of the next size up would take over half the budget: bfloat16 without
+    hardware support runs at ~1 GFLOP/s."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -58,7 +59,7 @@ def matmul_rate(dtype: torch.dtype = torch.float32, size: int = 2048, budget_s: 
             a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
             start = time.thread_time()
             torch.mm(a, b)
-            if n >= size or time.thread_time() - start >= 0.05:
+            if n >= size or 8 * (time.thread_time() - start) > budget_s / 2:  # doubling n: 8x the work
                 break
             n *= 2
         best, spent = float("inf"), 0.0
