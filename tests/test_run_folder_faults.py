@@ -394,6 +394,31 @@ def test_ctrl_c_while_loading_or_drawing_exits_130_in_one_line(tmp_path: Path, w
     assert err.strip().splitlines()[-1].startswith("gemlab.train: SIGINT")
 
 
+LOST_IN_A_FINALIZER = """
+import signal, sys, time, weakref
+from gemlab import train
+train.main(["preset=nonsense"])  # bad input: returns 2, with the command line's hooks in place
+signal.signal(signal.SIGINT, train._interrupt)
+class Thing: pass
+thing = Thing()
+weakref.finalize(thing, signal.raise_signal, signal.SIGINT)  # the Ctrl-C lands while the finalizer runs
+try:
+    del thing
+    time.sleep(3)
+    print("the Ctrl-C was lost")
+except KeyboardInterrupt:
+    print("the Ctrl-C reached the program")
+"""
+
+
+def test_a_ctrl_c_landing_in_a_finalizer_is_delivered_not_lost() -> None:
+    """CI caught it once: a SIGINT while the garbage collector ran a ``weakref.finalize`` printed a
+    traceback and was dropped (Python cannot raise out of a finalizer), so the command went on."""
+    process = subprocess.run([sys.executable, "-c", LOST_IN_A_FINALIZER], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    assert process.stdout.strip() == "the Ctrl-C reached the program", process.stdout + process.stderr
+    assert "Traceback" not in process.stderr, process.stderr
+
+
 RACE = """
 import dataclasses, sys
 from gemlab.run_folder import RunFolderError
