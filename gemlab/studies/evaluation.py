@@ -1,4 +1,5 @@
-"""The studies' low-noise metric: a fixed evaluation set played every ``eval_every`` steps.
+"""The studies' low-noise metric: a fixed evaluation set played every ``eval_every`` steps, in the
+run's evaluation env (``eval_env_id``, a held-out split, where it has one; else ``env_id``).
 
 Game ``i`` of the set is the env reset with seed ``EVAL_SEED + i`` whatever the run's own seed, so
 every arm and every seed of a study faces the same secret numbers (or questions), and each turn's
@@ -17,8 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gemlab.episodes import Prompting
-from gemlab.evaluate import evaluate_async
+from gemlab.evaluate import evaluate_client
 from gemlab.run_folder import atomic_write_text, read_rows, rows_text
 
 EVAL_FILE = "eval.jsonl"
@@ -39,16 +39,12 @@ def summarize(games: list[tuple[bool, int]]) -> dict[str, float]:
 def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
     """Play the fixed set with the trainer's current weights in both modes and record the rows in
     ``eval.jsonl`` (rows of this step or later, left by an interrupted run, are replaced)."""
-    config = trainer.config
 
     async def both_modes() -> list[dict[str, Any]]:
-        client = await trainer.training_client.save_weights_and_get_sampling_client()
         rows = []
         for mode, temperature in MODES.items():
-            prompting = Prompting(trainer.tokenizer, trainer.template, config.max_tokens, temperature)
-            result = await evaluate_async(client, prompting, env_id=config.env_id, num_games=num_games, env_wrappers=config.env_wrappers)
-            games = list(zip(result.wins, result.num_turns))
-            rows.append({"step": trainer.step_index, "mode": mode, **summarize(games)})
+            result = await evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, temperature=temperature)
+            rows.append({"step": trainer.step_index, "mode": mode, **summarize(list(zip(result.wins, result.num_turns)))})
         return rows
 
     rows = trainer.run_on_loop(both_modes())

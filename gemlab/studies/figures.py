@@ -20,7 +20,7 @@ import pandas as pd
 from gemlab import plots
 from gemlab.run_folder import METRICS_FILE, read_run
 from gemlab.studies import stats
-from gemlab.studies.definitions import CONTRASTS, ENVIRONMENT_TITLES, ENVIRONMENTS, LEARNING_RATES, METHOD_LABELS, METHODS
+from gemlab.studies.definitions import CONTRASTS, ENVIRONMENT_TITLES, ENVIRONMENTS, LEARNING_RATES, METHOD_LABELS, METHODS, SMOLLM2_LABELS
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.guessing import binary_search, random_consistent
 
@@ -31,7 +31,7 @@ TRAIN_METRICS = {
     "turns_per_won_game": "sampler/num_turns_per_won_episode",
     "turns_per_game": "sampler/num_turns_per_episode",
 }
-TABLE_METRICS = {"gamma": ("success", "turns_per_won_game", "turns_per_game"), "tuning": ("success",), "algorithms": ("success",)}
+TABLE_METRICS = {"gamma": ("success", "turns_per_won_game", "turns_per_game"), "tuning": ("success",), "algorithms": ("success",), "smollm2": ("success",)}
 ALPHA = 0.05
 
 
@@ -280,4 +280,20 @@ def tuning_figure(folder: str | Path) -> Any:
     return fig
 
 
-FIGURES = {"gamma": gamma_figure, "tuning": tuning_figure, "algorithms": algorithms_figure}
+def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
+    """SmolLM2's three advantages: training success (mean and 95% interval over seeds), then the
+    held-out sums sampled and greedy at each evaluation (mean with its 95% t-interval)."""
+    groups = group_runs(load_study(folder))
+    labelled = {label: groups[f"smollm2-{method}"] for method, label in SMOLLM2_LABELS.items() if f"smollm2-{method}" in groups}
+    fig, axes = plt.subplots(1, 3, figsize=(19, 4.5), constrained_layout=True)
+    plots.plot_seed_bands(_frames(labelled), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title="Training rollouts (sums it trains on)", band="ci95")
+    for ax, mode in zip(axes[1:], ("sampled", "greedy")):
+        _eval_curves(ax, labelled, "success", mode)
+        ax.set_title(f"Held-out sums, {mode} (95% CI of the mean)")
+    for ax in axes:
+        ax.set_ylim(0, 1.02)
+    fig.suptitle("SmolLM2-135M-Instruct on sums after the format warm-up: which advantage")
+    return fig
+
+
+FIGURES = {"gamma": gamma_figure, "tuning": tuning_figure, "algorithms": algorithms_figure, "smollm2": smollm2_figure}

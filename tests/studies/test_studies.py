@@ -13,11 +13,13 @@ from gemlab import make_config
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.step import prepare_transitions
-from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, TUNING_SEEDS, Run, study_runs
+from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, SMOLLM2_SEEDS, TUNING_SEEDS, Run, study_runs
+from gemlab.studies import evaluation
 from gemlab.studies.evaluation import read_evaluations
-from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table
+from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table, smollm2_figure
 from gemlab.studies.runner import estimate_seconds, run_studies
-from gemlab.env_variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.env_variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
+from gemlab.tiny.registry import TINY_SUMS
 from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
@@ -57,6 +59,43 @@ def test_study_runs_cover_the_issue():
     # the analysis plan: both gamma contrasts on both turn metrics, ReBN against each baseline
     assert {c.name for c in CONTRASTS["gamma"]} >= {"gamma0.5 - gamma1.0: turns_per_won_game", "gamma0.9 - gamma1.0: turns_per_game"}
     assert {c.control for c in CONTRASTS["algorithms"] if c.treatment == "guess-rebn"} == {"guess-reinforce", "guess-grpo", "guess-ppo"}
+
+
+def test_the_smollm2_study_pairs_three_advantages_on_the_preset_and_scores_held_out_sums():
+    runs = study_runs("smollm2", "/x")
+    assert len(runs) == 3 * len(SMOLLM2_SEEDS) and len(SMOLLM2_SEEDS) >= 5  # the issue: at least 5 paired seeds per method
+    by_name = {run.name: run for run in runs}
+    assert {by_name[f"smollm2-{m}-seed0"].config.advantage for m in ("grpo", "rebn", "reinforce")} == {"grpo", "rebn", "none"}
+    preset = make_config("smollm2")
+    for seed in SMOLLM2_SEEDS:  # a seed's three runs differ in the advantage and nothing else
+        configs = [by_name[f"smollm2-{m}-seed{seed}"].config for m in ("grpo", "rebn", "reinforce")]
+        fields = [{k: v for k, v in chz.asdict(c).items() if k not in ("advantage", "run_name")} for c in configs]
+        assert fields[0] == fields[1] == fields[2] and configs[0].seed == seed
+    config = runs[0].config
+    assert (config.model_name, config.env_id, config.learning_rate, config.group_size, config.warmup_data) == (
+        preset.model_name, SUMS_TRAIN, preset.learning_rate, preset.group_size, "own_answers")
+    # scored by the runner on every held-out sum in both modes; the Trainer's own evaluation is off
+    assert (config.eval_env_id, runs[0].eval_games, config.eval_every, config.log_dir) == (SUMS_TEST, 64, 0, "/x/smollm2")
+    assert {c.name for c in CONTRASTS["smollm2"]} == {"smollm2-rebn - smollm2-grpo: success", "smollm2-reinforce - smollm2-grpo: success"}
+
+
+def test_a_study_evaluation_plays_the_runs_held_out_env(tmp_path, monkeypatch):
+    played = []
+    real = evaluation.evaluate_client.__globals__["evaluate_async"]
+
+    async def recording(*args, **kwargs):
+        played.append((kwargs["env_id"], kwargs["num_games"]))
+        return await real(*args, **kwargs)
+
+    monkeypatch.setitem(evaluation.evaluate_client.__globals__, "evaluate_async", recording)
+    config = make_config("laptop", **TINY, model_name=TINY_SUMS, env_id=SUMS_TRAIN, eval_env_id=SUMS_TEST, template="qwen3_general", log_dir=str(tmp_path))
+    trainer = Trainer(config, progress=False)
+    try:
+        rows = evaluation.evaluate_trainer(trainer, 3)
+    finally:
+        trainer.close()
+    assert played == [(SUMS_TEST, 3), (SUMS_TEST, 3)]  # sampled, then greedy: never the training side
+    assert [(row["mode"], row["num_games"]) for row in rows] == [("sampled", 3), ("greedy", 3)]
 
 
 def test_grouped_envs_play_one_problem_per_group():
@@ -192,6 +231,24 @@ def test_outcome_and_contrast_tables_from_run_folders(tmp_path):
     assert row["verdict"] == "resolved: guess-rebn better"
     same = contrast_table(root, "algorithms", source="train").loc["guess-rebn - guess-grpo: success"]  # both 0 in training
     assert (same["difference"], same["p"], same["verdict"]) == (0.0, 1.0, "not resolved")
+
+
+def test_the_smollm2_figure_draws_each_advantage_on_the_held_out_sums(tmp_path):
+    root = tmp_path / "smollm2"
+    for seed in range(3):
+        for method, held_out in (("grpo", 0.5), ("reinforce", 0.2)):
+            _fake_run(root, f"smollm2-{method}", seed, [0.1] * 20)
+            rows = [{"step": step, "mode": mode, "success": held_out * step / 20 + seed / 100 + (mode == "greedy") / 10}
+                    for step in (10, 20) for mode in ("sampled", "greedy")]
+            (root / f"smollm2-{method}-seed{seed}" / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figure = smollm2_figure(root)
+    training, sampled, greedy = figure.axes[:3]
+    assert [t.get_text() for t in training.get_legend().get_texts()][:2] == ["GRPO (groups of 16, the preset) (n=3)", "REINFORCE (raw returns) (n=3)"]
+    for ax, shift in ((sampled, 0.0), (greedy, 0.1)):
+        curves = {bars.get_label(): bars.lines[0] for bars in ax.containers}  # errorbar: a data line and its bars
+        assert sorted(curves) == ["GRPO (groups of 16, the preset) (n=3)", "REINFORCE (raw returns) (n=3)"]
+        assert list(curves["GRPO (groups of 16, the preset) (n=3)"].get_ydata()) == pytest.approx([0.26 + shift, 0.51 + shift])  # means over seeds
+    assert outcome_table(root, source="eval-greedy").loc["smollm2-grpo", "success mean [95% CI]"].startswith("0.61 [")
 
 
 def test_best_learning_rates_are_chosen_per_method_on_the_tuning_runs(tmp_path):
