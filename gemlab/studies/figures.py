@@ -197,14 +197,15 @@ def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: 
     """Mean over seeds of ``metric`` on the fixed evaluation set per evaluated step, with 95%
     t-intervals; False when the runs have no evaluations."""
     drawn = False
-    for arm, runs in groups.items():
-        table = pd.DataFrame([row for run in runs for row in read_evaluations(run.path) if row["mode"] == mode])
-        if table.empty:
-            continue
+    tables = {arm: pd.DataFrame([row for run in runs for row in read_evaluations(run.path) if row["mode"] == mode]) for arm, runs in groups.items()}
+    tables = {arm: table for arm, table in tables.items() if not table.empty}
+    steps = sorted({step for table in tables.values() for step in table["step"]})
+    dodge = 0.04 * (min(np.diff(steps)) if len(steps) > 1 else 1)  # side by side, so overlapping bars stay readable
+    for i, (arm, table) in enumerate(tables.items()):
         per_step = table.groupby("step")[metric]
         mean, sd, n = per_step.mean(), per_step.std(ddof=1), per_step.count()
         half = plots.t_half_width(sd, n)
-        ax.errorbar(mean.index, mean, yerr=half, marker="o", capsize=3, label=f"{arm} (n={n.max()})")
+        ax.errorbar(mean.index + dodge * (i - (len(tables) - 1) / 2), mean, yerr=half, marker="o", capsize=3, label=f"{arm} (n={n.max()})")
         drawn = True
     if drawn:
         ax.set(xlabel="step", ylabel=f"{metric.replace('_', ' ')} ({mode}, fixed set)", title="Fixed evaluation set (95% CI of the mean)")
@@ -286,12 +287,13 @@ def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     groups = group_runs(load_study(folder))
     labelled = {label: groups[f"smollm2-{method}"] for method, label in SMOLLM2_LABELS.items() if f"smollm2-{method}" in groups}
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.5), constrained_layout=True)
-    plots.plot_seed_bands(_frames(labelled), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title="Training rollouts (sums it trains on)", band="ci95")
+    plots.plot_seed_bands(_frames(labelled), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title="Training rollouts on the 57 training sums", band="ci95")
     for ax, mode in zip(axes[1:], ("sampled", "greedy")):
         _eval_curves(ax, labelled, "success", mode)
         ax.set_title(f"Held-out sums, {mode} (95% CI of the mean)")
-    for ax in axes:
-        ax.set_ylim(0, 1.02)
+    left, right = min(ax.get_xlim()[0] for ax in axes), max(ax.get_xlim()[1] for ax in axes)
+    for ax in axes:  # one step axis: row i of the rollouts is update i, an evaluation at step n follows update n
+        ax.set(ylim=(0, 1.02), xlim=(left, right))
     fig.suptitle("SmolLM2-135M-Instruct on sums after the format warm-up: which advantage")
     return fig
 
