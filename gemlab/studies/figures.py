@@ -196,7 +196,6 @@ def best_learning_rates(folder: str | Path, *, source: str = "auto") -> dict[str
 def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: str = "sampled") -> bool:
     """Mean over seeds of ``metric`` on the fixed evaluation set per evaluated step, with 95%
     t-intervals; False when the runs have no evaluations."""
-    drawn = False
     tables = {arm: pd.DataFrame([row for run in runs for row in read_evaluations(run.path) if row["mode"] == mode]) for arm, runs in groups.items()}
     tables = {arm: table for arm, table in tables.items() if not table.empty}
     steps = sorted({step for table in tables.values() for step in table["step"]})
@@ -206,7 +205,7 @@ def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: 
         mean, sd, n = per_step.mean(), per_step.std(ddof=1), per_step.count()
         half = plots.t_half_width(sd, n)
         ax.errorbar(mean.index + dodge * (i - (len(tables) - 1) / 2), mean, yerr=half, marker="o", capsize=3, label=f"{arm} (n={n.max()})")
-        drawn = True
+    drawn = bool(tables)
     if drawn:
         ax.set(xlabel="step", ylabel=f"{metric.replace('_', ' ')} ({mode}, fixed set)", title="Fixed evaluation set (95% CI of the mean)")
         ax.legend()
