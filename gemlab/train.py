@@ -27,9 +27,7 @@ from gemlab.trainer import Interrupted, Trainer, TrainingDiverged
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    signal.signal(
-        signal.SIGINT, signal.default_int_handler
-    )  # a second Ctrl-C stops waiting
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops waiting
     raise Interrupted(signal.Signals(signum).name)
 
 
@@ -55,37 +53,22 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg in ("-h", "--help", "help") for arg in args):
         print(help_text())
         return 0
-    warnings.formatwarning = lambda message, category, *rest: (
-        f"gemlab.train: warning: {message}\n"
-    )
+    warnings.formatwarning = lambda message, category, *rest: f"gemlab.train: warning: {message}\n"
     sys.unraisablehook = _redeliver_lost_interrupts
     try:
         trainer = Trainer(config_from_argv(args))
-    except (
-        ValueError,
-        BackendError,
-    ) as error:  # bad input: one clear line, no traceback, no files
+    except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback, no files
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
-    except (
-        KeyboardInterrupt
-    ):  # while the model loads: the Trainer removed what it had created
+    except KeyboardInterrupt:  # while the model loads: the Trainer removed what it had created
         _silence_teardown()
-        print(
-            "\ngemlab.train: SIGINT while starting; nothing was trained or changed",
-            file=sys.stderr,
-        )
+        print("\ngemlab.train: SIGINT while starting; nothing was trained or changed", file=sys.stderr)
         return 130
     except OSError as error:  # the disk, not the input: say which file
-        print(
-            f"gemlab.train: cannot start ({os_reason(error)}); nothing was trained",
-            file=sys.stderr,
-        )
+        print(f"gemlab.train: cannot start ({os_reason(error)}); nothing was trained", file=sys.stderr)
         return 1
     config = trainer.config
-    loss = config.loss_fn + "".join(
-        f" {k}={v}" for k, v in (config.loss_fn_config or {}).items()
-    )
+    loss = config.loss_fn + "".join(f" {k}={v}" for k, v in (config.loss_fn_config or {}).items())
     print(f"run folder: {trainer.run_dir} | loss: {loss}")
     resume = "python -m gemlab.train " + " ".join(map(shlex.quote, args))
     signal.signal(signal.SIGTERM, _interrupt)
@@ -93,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trainer.run()
     except KeyboardInterrupt as interrupt:
-        signal.signal(
-            signal.SIGINT, signal.SIG_IGN
-        )  # the checkpoint below must not be cut
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the checkpoint below must not be cut
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _silence_teardown()
         name = str(interrupt) or "SIGINT"
@@ -106,25 +87,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 1
     except Exception as error:  # e.g. the sampler is down or the disk full: keep what is done, say how to go on
-        reason = (
-            os_reason(error)
-            if isinstance(error, OSError)
-            else f"{type(error).__name__}: {error}"
-        )
-        print(
-            f"gemlab.train: step {trainer.step_index} failed ({reason}); {_stop(trainer, resume)}",
-            file=sys.stderr,
-        )
+        reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+        print(f"gemlab.train: step {trainer.step_index} failed ({reason}); {_stop(trainer, resume)}", file=sys.stderr)
         return 1
     trainer.close()
     try:
         return _plots(trainer)
     except KeyboardInterrupt:
         _silence_teardown()
-        print(
-            f"\ngemlab.train: SIGINT while drawing the plots; the run is complete in {trainer.run_dir}",
-            file=sys.stderr,
-        )
+        print(f"\ngemlab.train: SIGINT while drawing the plots; the run is complete in {trainer.run_dir}", file=sys.stderr)
         return 130
 
 
@@ -137,11 +108,7 @@ def _stop(trainer: Trainer, resume: str) -> str:
             trainer.save_checkpoint()
             done = f"stopped after step {trainer.step_index}, checkpoint saved"
         except Exception as error:  # e.g. a full disk: the last checkpoint still holds
-            reason = (
-                os_reason(error)
-                if isinstance(error, OSError)
-                else f"{type(error).__name__}: {error}"
-            )
+            reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
             trainer.close()
             return f"the checkpoint could not be saved ({reason}); the one at step {last} is kept; free space, then resume with: {resume}"
     trainer.close()
@@ -153,26 +120,16 @@ def _plots(trainer: Trainer) -> int:
     from gemlab import plots
 
     config, name = trainer.config, trainer.run_dir.name
-    curve = plots.plot_learning_curve(
-        trainer.run_dir, smoothing=5, title=f"{name}: success rate"
-    )
+    curve = plots.plot_learning_curve(trainer.run_dir, smoothing=5, title=f"{name}: success rate")
     plots.save_figure(curve, trainer.run_dir / "learning_curve.png")
-    diagnostics = plots.plot_diagnostics(
-        trainer.run_dir,
-        smoothing=5,
-        title=f"{name}: training diagnostics ({config.loss_fn} loss)",
-    )
+    diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)")
     plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
     loss = None if config.loss_fn == "importance_sampling" else config.loss_fn
-    print(
-        f"done: {summary(trainer.history, loss=loss)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}"
-    )
+    print(f"done: {summary(trainer.history, loss=loss)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
     return 0
 
 
-def summary(
-    history: list[dict[str, float]], window: int = 10, loss: str | None = None
-) -> str:
+def summary(history: list[dict[str, float]], window: int = 10, loss: str | None = None) -> str:
     """First-vs-last success of a run: the means over its first and last ``window`` steps (fewer in a
     short run), which one noisy step cannot swing; ``loss`` names a loss other than GEM's importance sampling."""
     success = [row["sampler/success_rate"] for row in history]
@@ -189,11 +146,7 @@ def _contents(run_dir: Path) -> list[str]:
     for path in sorted(run_dir.iterdir(), key=lambda p: (p.suffix == ".png", p.name)):
         if path.name.startswith("."):
             continue
-        files = (
-            sum(1 for inner in path.rglob("*") if inner.is_file())
-            if path.is_dir()
-            else 0
-        )
+        files = sum(1 for inner in path.rglob("*") if inner.is_file()) if path.is_dir() else 0
         names.append(f"{path.name}/ ({files} files)" if path.is_dir() else path.name)
     return names
 
