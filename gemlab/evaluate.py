@@ -102,13 +102,27 @@ async def evaluate_client(
     progress: Any = None,
     temperature: float | None = None,
 ) -> EvalResult:
-    """The fixed set played by ``training_client``'s current weights with ``config``'s evaluation
-    env (``eval_env_id``, else ``env_id``), ``eval_games`` (unless ``num_games``), template,
-    ``max_tokens``, temperature (unless ``temperature``: 0 is greedy) and wrappers."""
+    """``evaluate_sampler`` with ``training_client``'s current weights (saved for sampling first)."""
     sampler = await training_client.save_weights_and_get_sampling_client()
+    return await evaluate_sampler(sampler, tokenizer, template, config, num_games, progress=progress, temperature=temperature)
+
+
+async def evaluate_sampler(
+    sampling_client: Any,
+    tokenizer: Any,
+    template: Template,
+    config: Any,
+    num_games: int | None = None,
+    *,
+    progress: Any = None,
+    temperature: float | None = None,
+) -> EvalResult:
+    """The fixed set played by ``sampling_client`` with ``config``'s evaluation env (``eval_env_id``,
+    else ``env_id``), ``eval_games`` (unless ``num_games``), template, ``max_tokens``, temperature
+    (unless ``temperature``: 0 is greedy) and wrappers."""
     temperature = config.temperature if temperature is None else temperature
     return await evaluate_async(
-        sampler, Prompting(tokenizer, template, config.max_tokens, temperature),
+        sampling_client, Prompting(tokenizer, template, config.max_tokens, temperature),
         env_id=config.eval_env_id or config.env_id, num_games=num_games or config.eval_games,
         env_wrappers=config.env_wrappers, progress=progress,
     )  # fmt: skip

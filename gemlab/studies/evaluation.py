@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gemlab.evaluate import evaluate_client
+from gemlab.evaluate import evaluate_sampler
 from gemlab.run_folder import atomic_write_text, read_rows, rows_text
 
 EVAL_FILE = "eval.jsonl"
@@ -41,9 +41,10 @@ def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
     ``eval.jsonl`` (rows of this step or later, left by an interrupted run, are replaced)."""
 
     async def both_modes() -> list[dict[str, Any]]:
+        sampler = await trainer.training_client.save_weights_and_get_sampling_client()  # one save, both modes
         rows = []
         for mode, temperature in MODES.items():
-            result = await evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, temperature=temperature)
+            result = await evaluate_sampler(sampler, trainer.tokenizer, trainer.template, trainer.config, num_games, temperature=temperature)
             rows.append({"step": trainer.step_index, "mode": mode, **summarize(list(zip(result.wins, result.num_turns)))})
         return rows
 

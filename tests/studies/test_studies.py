@@ -9,6 +9,7 @@ import chz
 import numpy as np
 import pytest
 
+import gemlab.evaluate
 from gemlab import make_config
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
@@ -81,20 +82,29 @@ def test_the_smollm2_study_pairs_three_advantages_on_the_preset_and_scores_held_
 
 def test_a_study_evaluation_plays_the_runs_held_out_env(tmp_path, monkeypatch):
     played = []
-    real = evaluation.evaluate_client.__globals__["evaluate_async"]
+    real = gemlab.evaluate.evaluate_async
 
     async def recording(*args, **kwargs):
         played.append((kwargs["env_id"], kwargs["num_games"]))
         return await real(*args, **kwargs)
 
-    monkeypatch.setitem(evaluation.evaluate_client.__globals__, "evaluate_async", recording)
+    monkeypatch.setattr(gemlab.evaluate, "evaluate_async", recording)
     config = make_config("laptop", **TINY, model_name=TINY_SUMS, env_id=SUMS_TRAIN, eval_env_id=SUMS_TEST, template="qwen3_general", log_dir=str(tmp_path))
     trainer = Trainer(config, progress=False)
+    saves = []
+    save = trainer.training_client.save_weights_and_get_sampling_client
+
+    async def counted():
+        saves.append(1)
+        return await save()
+
+    monkeypatch.setattr(trainer.training_client, "save_weights_and_get_sampling_client", counted)
     try:
         rows = evaluation.evaluate_trainer(trainer, 3)
     finally:
         trainer.close()
     assert played == [(SUMS_TEST, 3), (SUMS_TEST, 3)]  # sampled, then greedy: never the training side
+    assert len(saves) == 1  # the weights are saved once for both modes
     assert [(row["mode"], row["num_games"]) for row in rows] == [("sampled", 3), ("greedy", 3)]
 
 
