@@ -156,18 +156,14 @@ def study_runs(
         raise ValueError(f"Unknown environments {unknown}. Known: {', '.join(ENVIRONMENTS)}")
     default_seeds = {"tuning": TUNING_SEEDS, "smollm2": SMOLLM2_SEEDS}.get(study, SEEDS)
     seeds = list(seeds if seeds is not None else default_seeds)
+    eval_games = eval_games or (SMOLLM2_EVAL_GAMES if study == "smollm2" else EVAL_GAMES)
     base = dict(COMMON, max_steps=steps or STEPS[study], log_dir=str(Path(root) / study))
     if study == "smollm2":  # evaluated by the runner in both modes, so the Trainer's own evaluation is off
         return [
-            Run(
-                make_config("smollm2", **{**base, **SMOLLM2_METHODS[method]}, eval_every=0, seed=seed, run_name=f"smollm2-{method}-seed{seed}"),
-                eval_every,
-                eval_games or SMOLLM2_EVAL_GAMES,
-            )
+            Run(make_config("smollm2", **{**base, **SMOLLM2_METHODS[method]}, eval_every=0, seed=seed, run_name=f"smollm2-{method}-seed{seed}"), eval_every, eval_games)
             for seed in seeds
             for method in SMOLLM2_METHODS
         ]
-    eval_games = eval_games or EVAL_GAMES
 
     def run(name: str, seed: int, **fields: Any) -> Run:
         config = make_config("laptop", **{**base, **fields}, seed=seed, run_name=f"{name}-seed{seed}")
