@@ -120,12 +120,13 @@ def report(folder: Path, figure: Path | None) -> None:
     ax.errorbar([end_step], [end], yerr=[[end - end_low], [end_high - end]], fmt="D", color="black", capsize=6, label="mean at the end (95% CI)")
     if "base" in seeds[0][0]:
         ax.axhline(seeds[0][0]["base"]["success"], color="#999", linestyle=":", label="base model")
+    config = read_run(next(folder.glob("seed*"))).config
+    scored_on = "held-out problems" if config["eval_env_id"] not in (None, config["env_id"]) else "fixed games (wins)"
     ax.set_ylim(0, 1)
     ax.set_xlabel("RL steps (0: after the format warm-up)")
-    ax.set_ylabel(f"success on {len(seeds[0][0]['warmup']['wins'])} held-out problems")
-    config = read_run(next(folder.glob("seed*"))).config
+    ax.set_ylabel(f"success on {len(seeds[0][0]['warmup']['wins'])} {scored_on}")
     rate = "" if config["lr_schedule"] == "constant" else f", {config['lr_schedule']} learning rate"  # a run older than the field: its default
-    task = {"rg:sums-1digit-train": "sums", "rg:diffs-1digit-train": "differences", "rg:times-1digit-train": "products"}.get(config["env_id"], config["env_id"])
+    task = {"rg:sums-1digit-train": "sums", "rg:diffs-1digit-train": "differences", "rg:times-1digit-train": "products", "game:GuessTheNumber-v0-easy": "GuessTheNumber"}.get(config["env_id"], config["env_id"])
     ax.set_title(f"SmolLM2-135M-Instruct learns {task} by RL ({len(seeds)} seeds{rate})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
