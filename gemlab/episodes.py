@@ -105,6 +105,7 @@ class TurnRounds:
         self.retry_delays = tuple(retry_delays)
         self.retries = 0
         self._waiting: dict[int, tuple[dict[str, Any], asyncio.Future]] = {}
+        self._sending: set[asyncio.Task] = set()  # the loop holds tasks only weakly: a send the GC took would never answer
 
     def for_env(self, index: int) -> Any:
         """The client that env ``index``'s episode samples through."""
@@ -132,7 +133,10 @@ class TurnRounds:
             return
         waiting, self._waiting = sorted(self._waiting.items()), {}
         for _, (request, future) in waiting:
-            asyncio.ensure_future(self._send(request)).add_done_callback(lambda task, future=future: _relay(task, future))
+            task = asyncio.ensure_future(self._send(request))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+            task.add_done_callback(lambda task, future=future: _relay(task, future))
 
     async def _send(self, request: dict[str, Any]) -> Any:
         for delay in (*self.retry_delays, None):

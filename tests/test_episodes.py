@@ -1,6 +1,8 @@
 """Rollout logic with scripted sampling clients: turns, tokens, rewards, and counted drops."""
 
 import asyncio
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -145,3 +147,34 @@ def test_the_progress_bar_ends_full_when_whole_episodes_overshoot_the_batch():
         batch = _batch(ScriptedSampler([5, 3, 8, 1]), 4, 3, progress=bar)
         assert batch.num_transitions > 3  # four games of several turns each
         assert bar.n == bar.total == batch.num_transitions  # not "n/?" past the total
+
+
+def test_a_request_in_flight_survives_the_garbage_collector():
+    """asyncio's loop holds tasks only weakly: a send task waiting on a future that only it holds
+    was collected with that future by a full GC pass, and its episode then waited forever (a
+    step that never ended). The rounds keep their sends alive until they finish."""
+    waits: list[weakref.ref] = []
+
+    class OnlyWeaklyHeld(ScriptedSampler):
+        async def sample(self, prompt, num_samples, sampling_params):
+            answer = asyncio.get_running_loop().create_future()
+            waits.append(weakref.ref(answer))  # the server side knows the request only weakly
+            await answer
+            return await super().sample(prompt, num_samples, sampling_params)
+
+    async def main():
+        env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
+        playing = asyncio.ensure_future(collect_batch(OnlyWeaklyHeld([1, 2, 3, 4]), [env], Prompting(TOKENIZER, TEMPLATE, max_tokens=16), min_transitions=1))
+        answered = 0
+        while not playing.done():  # answer each turn's request after a full GC pass
+            if len(waits) > answered:
+                gc.collect()
+                answer = waits[answered]()
+                assert answer is not None, "a request in flight was garbage-collected"
+                answer.set_result(None)
+                answered += 1
+            await asyncio.sleep(0)
+        return playing.result(), answered
+
+    batch, answered = asyncio.run(asyncio.wait_for(main(), timeout=60))
+    assert answered == batch.episodes[0].num_turns >= 1
