@@ -29,6 +29,8 @@ import gemlab.envs  # noqa: F401  (registers the held-out splits)
 from gemlab.doctor import cpu_name
 from gemlab.env_variants import DIFFS_TEST, HELD_OUT, SUMS_TEST, TIMES_TEST
 from gemlab.local.models import SMOLLM2, build_model, load_tokenizer
+from gemlab.templates import get_template
+from gemlab.warmup import INTEGER
 
 EXPRESSION = re.compile(r"Calculate (.+)\.")
 BEGINNINGS = {  # how the reply begins, given the question's expression
@@ -36,7 +38,6 @@ BEGINNINGS = {  # how the reply begins, given the question's expression
     "equation, boxed": lambda expression: f"{expression} = \\boxed{{",
     "boxed": lambda expression: "\\boxed{",
 }
-INTEGER = re.compile(r"-?\d+")
 
 
 def held_out(env_id: str) -> list[tuple[str, str, int]]:
@@ -74,15 +75,13 @@ def main() -> None:
     torch.manual_seed(args.seed)
     tokenizer, model = load_tokenizer(SMOLLM2), build_model(SMOLLM2).eval()
     tokenizer.padding_side = "left"  # generate continues every row from its own last token
+    chat = get_template("chat")  # the recipe's prompt (template=chat)
     print(f"base {SMOLLM2}, {HELD_OUT} held-out questions per env, first integer of the reply's continuation; CPU: {cpu_name()}")
     for env_id in args.envs:
         rows = held_out(env_id)
         answers = [answer for _, _, answer in rows]
         for name, begin in BEGINNINGS.items():
-            prompts = [
-                tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True) + begin(expression)
-                for question, expression, _ in rows
-            ]
+            prompts = [chat.render_text(question, tokenizer) + begin(expression) for question, expression, _ in rows]
             greedy = accuracy(model, tokenizer, prompts, answers, 0)
             sampled = accuracy(model, tokenizer, prompts, answers, args.samples)
             print(f"{env_id:22} reply begins {name:15} greedy {greedy:.3f}  sampled (T=1, {args.samples} each) {sampled:.3f}", flush=True)
