@@ -39,7 +39,7 @@ import torch
 
 from gemlab.config import config_from_argv
 from gemlab.doctor import device_name
-from gemlab.local.models import DEVICE_ENV, SMOLLM2, choose_device, load_tokenizer, model_source
+from tinker_emulator.models import DEVICE_ENV, SMOLLM2, choose_device, load_tokenizer, model_source
 from gemlab.trainer import Trainer
 
 QWEN3_NAME = "gemlab-bench/Qwen3-random"

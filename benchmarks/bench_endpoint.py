@@ -3,7 +3,7 @@ while it is refused, and the server's RSS before and after.
 
     PYTHONPATH=$PWD python benchmarks/bench_endpoint.py [--repeats 5]
 
-The server runs in its own process (``python -m gemlab.serve --model gemlab/tiny``) so its RSS
+The server runs in its own process (``python -m gemlab.openai_endpoint --model gemlab/tiny``) so its RSS
 is its own; each repeat sends one 10 MB chat message (over the 4 MiB body limit), one 3.9 MB
 message (under the body limit, over the context by characters) and one 300k-character message
 (tokenized, then refused by its token count), while a thread polls ``/health`` every 20 ms.
@@ -66,7 +66,7 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    server = subprocess.Popen([sys.executable, "-m", "gemlab.serve", "--model", MODEL, "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([sys.executable, "-m", "gemlab.openai_endpoint", "--model", MODEL, "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):
             try:

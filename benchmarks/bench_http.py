@@ -1,4 +1,4 @@
-"""Tinker's HTTP API served by ``python -m gemlab.local.http``: what it costs and how it holds up.
+"""Tinker's HTTP API served by ``python -m tinker_emulator.workshop_server``: what it costs and how it holds up.
 
 1. The laptop preset's seconds per step over HTTP (the unpatched SDK against a server process) vs
    in-process (the local backend in this process), steps interleaved in one run; the ratio's target is

@@ -5,7 +5,7 @@ measured in one run: sampling, forward_backward, the bfloat16 mode, and the tiny
     python benchmarks/bench_local.py --skip-smollm2        # the tiny model only
 
 - **limit**: one core's float32 matmul peak, the best of a few 2048x2048 ``torch.mm`` on one
-  thread (smaller on a CPU too slow for them; ``gemlab.local.precision.matmul_rate``). A phase's
+  thread (smaller on a CPU too slow for them; ``tinker_emulator.precision.matmul_rate``). A phase's
   efficiency is ``FLOPs / (CPU-seconds x peak per core)``: the share of the peak it gets from
   every CPU-second it burns, whatever the thread count. FLOPs are counted by
   ``torch.utils.flop_counter.FlopCounterMode`` on the thread that does the work (matmuls and
@@ -42,10 +42,10 @@ from torch.utils.flop_counter import FlopCounterMode
 from tinker import types
 
 from gemlab.datums import policy_gradient_datum
-from gemlab.local import SMOLLM2, TINY, LocalServiceClient
-from gemlab.local.futures import ROLES, get_worker
-from gemlab.local.models import build_model, model_source
-from gemlab.local.precision import DTYPE_ENV, matmul_rate
+from tinker_emulator import SMOLLM2, TINY, LocalServiceClient
+from tinker_emulator.futures import ROLES, get_worker
+from tinker_emulator.models import build_model, model_source
+from tinker_emulator.precision import DTYPE_ENV, matmul_rate
 
 PREAMBLE = (
     "<|im_start|>user\nYou are playing language games. Make valid actions to win.\n"

@@ -1,4 +1,4 @@
-"""A long workshop against ``python -m gemlab.local.http --keys 30``: memory, step time, fairness.
+"""A long workshop against ``python -m tinker_emulator.workshop_server --keys 30``: memory, step time, fairness.
 
 1. Memory: the server's RSS idle, at its baseline (after one client has loaded the base models and
    left), at its peak while ``--waves`` waves of ``--wave-clients`` clients come, each creating a

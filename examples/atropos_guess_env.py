@@ -8,8 +8,8 @@ growing conversation, so ``ManagedServer`` keeps it as one sequence: its tokens,
 -100 on everything the model did not write (the prompts and the hints), and the sampler's logprob
 of every token the model did write. Score 1 for a win, 0 otherwise.
 
-Run against any SGLang-style server (``server_type="sglang"``), such as ``python -m gemlab.serve``;
-``gemlab.serve.atropos`` trains on what it collects.
+Run against any SGLang-style server (``server_type="sglang"``), such as ``python -m gemlab.openai_endpoint``;
+``gemlab.atropos.loop`` trains on what it collects.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ requests carry seeds derived from the run seed, each turn's requests go out toge
 float64 (GEM's float32 can give an all-equal batch advantages of about +-0.9; gemlab gives 0).
 
     python examples/gem_loop.py max_steps=20                      # real Tinker (TINKER_API_KEY)
-    python -m gemlab.local examples/gem_loop.py model_name=gemlab/tiny learning_rate=2e-3 max_tokens=8
+    python -m tinker_emulator examples/gem_loop.py model_name=gemlab/tiny learning_rate=2e-3 max_tokens=8
 
 Every ``key=value`` argument overrides a CONFIG entry; ``metrics=PATH`` writes one JSON line per step.
 """

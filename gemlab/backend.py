@@ -24,9 +24,9 @@ def resolve_backend(backend: str = "auto") -> str:
 
 
 def get_service_client(backend: str = "auto", **kwargs: Any) -> Any:
-    """A Tinker ``ServiceClient`` (real) or ``gemlab.local.LocalServiceClient`` (in-process)."""
+    """A Tinker ``ServiceClient`` (real) or ``tinker_emulator.LocalServiceClient`` (in-process)."""
     if resolve_backend(backend) == "local":
-        from gemlab.local import LocalServiceClient  # lazy: real Tinker runs never load the emulator (PEFT, transformers)
+        from tinker_emulator import LocalServiceClient  # lazy: real Tinker runs never load the emulator (PEFT, transformers)
 
         return LocalServiceClient(**kwargs)
     if not (os.environ.get("TINKER_API_KEY") or kwargs.get("api_key")):
@@ -53,7 +53,7 @@ def served_models(service_client: Any) -> list[Any]:
     local service client, and any other stand-in, answers itself."""
     import tinker
 
-    local = sys.modules.get("gemlab.local")  # a local client exists only once the emulator is imported
+    local = sys.modules.get("tinker_emulator")  # a local client exists only once the emulator is imported
     if isinstance(service_client, tinker.ServiceClient) and not (local and isinstance(service_client, local.LocalServiceClient)):
         return tinker_served_models()
     return service_client.get_server_capabilities().supported_models

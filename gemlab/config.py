@@ -296,9 +296,9 @@ LAPTOP: dict[str, Any] = dict(
 PRESETS: dict[str, dict[str, Any]] = {
     "gem": {},
     "laptop": LAPTOP,
-    # SmolLM2-135M-Instruct learning sums by RL, scored on held-out sums (docs/smollm2.md): a
+    # SmolLM2-135M-Instruct learning sums by RL, scored on held-out sums (research/notes/smollm2.md): a
     # label-free format warm-up on its own answers, then REINFORCE with GRPO's group advantages
-    # (benchmarks/smollm2_learning.py measures it over seeds)
+    # (research/experiments/smollm2_learning.py measures it over seeds)
     "smollm2": dict(
         LAPTOP,
         model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -310,7 +310,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_tokens=16,
         num_env=64,
         batch_size=64,
-        group_size=16,  # 4 problems a step, 16 answers each (groups of 8 collapsed: docs/smollm2.md)
+        group_size=16,  # 4 problems a step, 16 answers each (groups of 8 collapsed: research/notes/smollm2.md)
         advantage="grpo",
         warmup_steps=4,  # 4 x 32 of its own answers, re-formatted
         warmup_batch_size=32,

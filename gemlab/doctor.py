@@ -32,7 +32,7 @@ from packaging.specifiers import SpecifierSet
 
 #: The unit of the notebooks' costs: one laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8)
 #: of 1.0 s, about what this project's 2-core machine does when free (100 steps in 89-106 s,
-#: docs/benchmarks.md).
+#: research/notes/benchmarks.md).
 REFERENCE_STEP_S = 1.0
 
 #: Where the notebooks are (a checkout: ``pip install -e .``), and each one's full-size run as
@@ -133,7 +133,7 @@ def device_name(device: Any = None) -> str:
     machine a speed figure was measured on."""
     import torch
 
-    from gemlab.local.models import choose_device
+    from tinker_emulator.models import choose_device
 
     chosen = choose_device(device) if not isinstance(device, torch.device) else device
     return torch.cuda.get_device_name(chosen) if chosen.type == "cuda" else chosen.type
@@ -235,7 +235,7 @@ def precision_advice() -> str:
     ``GEMLAB_DTYPE``: CPUs differ by a factor of 100 here, so it is measured, never assumed."""
     import torch
 
-    from gemlab.local.precision import matmul_rate
+    from tinker_emulator.precision import matmul_rate
 
     fp32, bf16 = matmul_rate(torch.float32), matmul_rate(torch.bfloat16)
     ratio = bf16 / fp32

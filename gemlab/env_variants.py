@@ -6,7 +6,7 @@
   on 1-10 already force near-bisection to win at all).
 - ``game:GuessTheNumber-v0-easy-wins``: the easy level (1-10, 4 turns) paying for wins only. GEM
   pays a lost game's last guess ``1 - distance / 9``, up to 0.89 against a win's 1, so RL on it
-  can learn to land close instead of to win (what SmolLM2 runs did, docs/smollm2.md); here a lost
+  can learn to land close instead of to win (what SmolLM2 runs did, research/notes/smollm2.md); here a lost
   game pays 0 (a malformed answer still pays GEM's -0.1).
 - ``rg:products-1digit``: GEM's reasoning-gym task ``rg:products`` restricted to one-digit factors
   (reasoning-gym's ``ProductsConfig(min_digits=1, max_digits=1)``): a single-turn task whose
@@ -27,11 +27,11 @@
   answers 0-100, ``operators=("*",)``).
 - ``rg:sums-1digit-train-nonzero`` and ``rg:times-1digit-train-nonzero``: the train sides without
   the 15 questions that have an operand 0 (42 left), on which copying an operand (sums) or
-  answering 0 (products) is right: a shortcut that stalled SmolLM2 runs (docs/smollm2.md).
+  answering 0 (products) is right: a shortcut that stalled SmolLM2 runs (research/notes/smollm2.md).
 - ``rg:sums-to20-train``: every sum of two numbers 0-20 ("Calculate 13 + 7.", the same form and
   grader) except the 64 held-out one-digit ones: 377 questions, too many to learn one by one.
   Tried as ``preset=smollm2``'s training side, it was too hard a start for SmolLM2 (rollout
-  success 0.00-0.22 over 10 RL steps, docs/smollm2.md); it is there to train on.
+  success 0.00-0.22 over 10 RL steps, research/notes/smollm2.md); it is there to train on.
 - ``rg:sums-mix-train``: half its problems from ``rg:sums-1digit-train`` (a start SmolLM2 can
   learn from), half from ``rg:sums-to20-train`` (too many to learn one by one), so that RL on it
   has to learn addition rather than 57 answers; the held-out one-digit sums stay out of both.

@@ -482,7 +482,7 @@ class RunFolder:
         root = self.local_checkpoints
         if not root.is_dir():
             return 0
-        from gemlab.local.checkpoints import SCHEME, folder_of, staged_name  # lazy: real Tinker runs never load the emulator
+        from tinker_emulator.checkpoints import SCHEME, folder_of, staged_name  # lazy: real Tinker runs never load the emulator
 
         named = [line["state_path"] for line in self.checkpoints]
         keep = {(folder_of(path, root) if path.startswith(SCHEME) else Path(path)).resolve() for path in named}

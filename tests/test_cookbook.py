@@ -6,8 +6,8 @@ version it fits (0.1.0).
   plays one game, batches repeat by index (so resume replays them), the conversation grows by the
   parsed action and GEM's reply, and GEM judges every action.
 - The cookbook's own training loop through ``python -m gemlab.cookbook`` for 2 steps, then resumed
-  to 3, on GuessTheNumber (multi-turn) and ``rg:sums-1digit``, under ``python -m gemlab.local`` and
-  over HTTP against ``python -m gemlab.local.http``.
+  to 3, on GuessTheNumber (multi-turn) and ``rg:sums-1digit``, under ``python -m tinker_emulator`` and
+  over HTTP against ``python -m tinker_emulator.workshop_server``.
 - GEM's ``tinker_cookbook_adapter.py`` / ``tinker_cookbook_train.py`` (tests/fixtures/gem): still
   GEM's bytes; they train an ``rg:`` task with cookbook 0.1.0, and fail as documented on a game and
   on cookbook 0.6.1.
@@ -62,7 +62,7 @@ def renderer(cookbook: Path):
     """The cookbook's Qwen3 instruct renderer on gemlab/tiny-chat's tokenizer (Tinker's Qwen names map to it)."""
     from tinker_cookbook.renderers import get_renderer
 
-    from gemlab.local.models import load_tokenizer
+    from tinker_emulator.models import load_tokenizer
 
     return get_renderer("qwen3_instruct", load_tokenizer("gemlab/tiny-chat"))
 
@@ -173,7 +173,7 @@ def _run_local(args: list[str], tmp_path: Path) -> str:
     for name in ("TINKER_API_KEY", "TINKER_BASE_URL", "GEMLAB_LOCAL_MODEL"):
         env.pop(name, None)
     done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", "-m", "gemlab.cookbook", *args],
+        [sys.executable, "-m", "tinker_emulator", "-m", "gemlab.cookbook", *args],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
     )
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:])
@@ -185,7 +185,7 @@ def hf_home(cookbook: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A hub cache holding the served tokenizer under the Tinker name the runs use."""
     home = tmp_path_factory.mktemp("hf")
     done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local.http", "tokenizer", MODEL],
+        [sys.executable, "-m", "tinker_emulator.workshop_server", "tokenizer", MODEL],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(home)}, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -264,7 +264,7 @@ def _run_gems(cookbook_folder: Path | None, env_id: str, tmp_path: Path) -> subp
         env["PYTHONPATH"] = str(cookbook_folder)
     args = gem_cookbook.train_args(env_id, MODEL, tmp_path / "log")
     return subprocess.run(
-        [sys.executable, "-m", "gemlab.local", "-m", gem_cookbook.MODULE, *args],
+        [sys.executable, "-m", "tinker_emulator", "-m", gem_cookbook.MODULE, *args],
         capture_output=True, text=True, env=env, cwd=root, timeout=600,
     )
 

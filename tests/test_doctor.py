@@ -62,7 +62,7 @@ def test_a_missing_package_and_a_slow_machine_are_one_line_each(
 def test_the_precision_advice_follows_the_measured_matmul_rates(monkeypatch: pytest.MonkeyPatch, bf16: float, advice: str) -> None:
     import torch
 
-    from gemlab.local import precision
+    from tinker_emulator import precision
 
     monkeypatch.setattr(precision, "matmul_rate", lambda dtype: 80e9 if dtype == torch.float32 else bf16)
     line = doctor.precision_advice()
@@ -73,7 +73,7 @@ def test_the_precision_advice_follows_the_measured_matmul_rates(monkeypatch: pyt
 def test_the_matmul_rate_is_a_plausible_flop_rate() -> None:
     import torch
 
-    from gemlab.local.precision import matmul_rate
+    from tinker_emulator.precision import matmul_rate
 
     rate = matmul_rate(torch.float32, size=256, budget_s=0.05)  # any CPU of this decade: 1-1000 GFLOP per second
     assert 1e9 < rate < 1e12

@@ -8,7 +8,7 @@ import io
 from gemlab.envs import make_envs
 from gemlab import Prompting, Trainer, make_config
 from gemlab.evaluate import evaluate_async, evaluate_trainer, reset_seeds
-from gemlab.local import TINY, LocalServiceClient
+from tinker_emulator import TINY, LocalServiceClient
 from gemlab.templates import get_template
 
 ENV = "game:GuessTheNumber-v0-easy"

@@ -31,7 +31,7 @@ def test_reference_loop_metrics_equal_the_trainers(tmp_path: Path) -> None:
     _run(["-m", "gemlab.train", "preset=laptop", *shared, f"log_dir={tmp_path}", "run_name=trainer"], tmp_path)
     example = tmp_path / "example.jsonl"
     laptop = ["model_name=gemlab/tiny", "learning_rate=0.002", "max_tokens=8"]  # the laptop preset's values
-    _run(["-m", "gemlab.local", "examples/gem_loop.py", *laptop, *shared, "save_every=0", f"metrics={example}"], tmp_path)
+    _run(["-m", "tinker_emulator", "examples/gem_loop.py", *laptop, *shared, "save_every=0", f"metrics={example}"], tmp_path)
     trainer = [json.loads(line) for line in (tmp_path / "trainer" / "metrics.jsonl").read_text().splitlines()]
     loop = [json.loads(line) for line in example.read_text().splitlines()]
     assert len(loop) == len(trainer) == SHARED["max_steps"]

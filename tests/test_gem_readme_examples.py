@@ -1,5 +1,5 @@
 """GEM's Tinker README examples, typed as the README types them, run offline through GEM's unmodified
-``tinker_train.py`` under ``python -m gemlab.local`` (sizes made small, the hub's math data sets
+``tinker_train.py`` under ``python -m tinker_emulator`` (sizes made small, the hub's math data sets
 replaced by ``math:GSMSymbolic``, made on this machine by gemlab/offline_math.py).
 
 Each run must finish two steps and print finite metrics for both; the printed episodes must show the
@@ -53,12 +53,12 @@ def small_offline(command: str) -> list[str]:
 
 
 def run_example(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """``python -m gemlab.local tinker_train.py ARGS`` with no hub, no wandb and no Tinker key, in ``tmp_path``
+    """``python -m tinker_emulator tinker_train.py ARGS`` with no hub, no wandb and no Tinker key, in ``tmp_path``
     (GEM's script writes ./tinker_output); it must succeed."""
     environment = {**os.environ, **gem_train.ENV, "TINKER_API_KEY": "", "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints")}
     environment.pop("GEMLAB_LOCAL_MODEL", None)
     done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", str(gem_train.SCRIPT), *args],
+        [sys.executable, "-m", "tinker_emulator", str(gem_train.SCRIPT), *args],
         capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,10 +1,11 @@
-"""The package's layout: no import circles in gemlab/; the Tinker emulator (gemlab/local/) imports
-nothing from gemlab outside itself; the pipeline (the modules flat in gemlab/) imports no role (the
-other folders: notebook helpers, the lab, the studies, serving, the tiny model, the cookbook
-adapter), so the roles stand on the pipeline and never the other way round.
+"""The packages' layout: no import circles in gemlab/ or tinker_emulator/; the Tinker emulator
+(tinker_emulator/) imports nothing from gemlab; the pipeline (the modules flat in gemlab/) imports no
+role (the other folders: notebook helpers, the lab, the studies, the OpenAI endpoint, the Atropos
+loop, the tiny model, the cookbook adapter), so the roles stand on the pipeline and never the other
+way round.
 
 The import graph is read from the source with ``ast``: every ``import``/``from ... import`` of a
-gemlab module, at module level and inside functions alike (a function-level import that dodges a
+gemlab or tinker_emulator module, at module level and inside functions alike (a function-level import that dodges a
 circle is still a circle)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gemlab"
+EMULATOR = PACKAGE.parent / "tinker_emulator"
 
 
 def module_name(path: Path, root: Path = PACKAGE.parent) -> str:
@@ -45,10 +47,10 @@ def imported_modules(source: str, name: str, is_package: bool, modules: set[str]
     return found
 
 
-def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """Module -> the gemlab modules it imports, for every module under ``package``."""
-    files = sorted(package.rglob("*.py"))
-    names = {path: module_name(path, package.parent) for path in files}
+def import_graph(packages: tuple[Path, ...] = (PACKAGE, EMULATOR)) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports, for every module under ``packages``."""
+    files = sorted(path for package in packages for path in package.rglob("*.py"))
+    names = {path: module_name(path) for path in files}
     modules = set(names.values())
     return {names[path]: imported_modules(path.read_text(), names[path], path.name == "__init__.py", modules) for path in files}
 
@@ -91,8 +93,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 # A package's __init__ importing its own modules is how packages export names; the edges that
 # matter for circles are between modules, so ``gemlab.x`` -> ``gemlab.x.y`` (parent to child) is
 # left out, as is the implicit child -> parent import Python does for every submodule.
-def module_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    graph = import_graph(package)
+def module_graph(packages: tuple[Path, ...] = (PACKAGE, EMULATOR)) -> dict[str, set[str]]:
+    graph = import_graph(packages)
     return {name: {t for t in targets if not t.startswith(name + ".")} for name, targets in graph.items()}
 
 
@@ -107,31 +109,31 @@ def test_circles_are_found() -> None:
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_circles_in_gemlab() -> None:
+def test_no_import_circles_in_gemlab_or_the_emulator() -> None:
     found = circles(module_graph())
-    assert not found, "import circles in gemlab/: " + "; ".join(" <-> ".join(group) for group in found)
+    assert not found, "import circles in gemlab/ or tinker_emulator/: " + "; ".join(" <-> ".join(group) for group in found)
 
 
 def test_the_emulator_stands_alone() -> None:
     outside = {
         f"{name} imports {target}"
         for name, targets in import_graph().items()
-        if name == "gemlab.local" or name.startswith("gemlab.local.")
+        if name == "tinker_emulator" or name.startswith("tinker_emulator.")
         for target in targets
-        if not (target == "gemlab.local" or target.startswith("gemlab.local."))
+        if not (target == "tinker_emulator" or target.startswith("tinker_emulator."))
     }
-    assert not outside, "gemlab/local/ must import nothing from gemlab outside itself: " + "; ".join(sorted(outside))
+    assert not outside, "tinker_emulator/ must import nothing from gemlab: " + "; ".join(sorted(outside))
 
 
 def roles(package: Path = PACKAGE) -> set[str]:
-    """The role folders: every subpackage of gemlab except the emulator."""
-    return {f"gemlab.{p.parent.name}" for p in package.glob("*/__init__.py")} - {"gemlab.local"}
+    """The role folders: every subpackage of gemlab."""
+    return {f"gemlab.{p.parent.name}" for p in package.glob("*/__init__.py")}
 
 
 def test_the_pipeline_imports_no_role() -> None:
     folders = roles()
-    assert {"gemlab.studies", "gemlab.serve", "gemlab.notebook", "gemlab.lab", "gemlab.tiny"} <= folders
-    pipeline = {name: targets for name, targets in import_graph().items() if name.count(".") == 1 and name not in folders and name != "gemlab.local"}
+    assert {"gemlab.studies", "gemlab.openai_endpoint", "gemlab.atropos", "gemlab.notebook", "gemlab.lab", "gemlab.tiny"} <= folders
+    pipeline = {name: targets for name, targets in import_graph().items() if name.startswith("gemlab.") and name.count(".") == 1 and name not in folders}
     assert "gemlab.step" in pipeline and "gemlab.envs" in pipeline
     upward = {
         f"{name} imports {target}"
@@ -175,5 +177,6 @@ def test_widget_bar_imports_are_found() -> None:
 def test_gemlabs_progress_bars_are_text_bars() -> None:
     """In a notebook a widget bar (``tqdm.auto``) flickers JupyterLab's kernel status to Idle while
     the cell runs; gemlab's bars are ``tqdm.tqdm`` on stdout, which a notebook shows as text."""
-    found = {module_name(path): widget_bar_imports(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
+    files = sorted([*PACKAGE.rglob("*.py"), *EMULATOR.rglob("*.py")])
+    found = {module_name(path): widget_bar_imports(path.read_text()) for path in files}
     assert not {name: bars for name, bars in found.items() if bars}, found

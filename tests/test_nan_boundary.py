@@ -12,7 +12,7 @@ from tinker import types
 
 from gemlab import Trainer, make_config
 from gemlab.datums import policy_gradient_datum
-from gemlab.local import TINY, LocalServiceClient
+from tinker_emulator import TINY, LocalServiceClient
 from gemlab.trainer import TrainingDiverged
 
 PROMPT, ACTION = [1, 2, 3, 4], [5, 6]

@@ -14,7 +14,7 @@ from gem.wrappers.wrapper_factory import get_wrapper_fns
 
 from gemlab import offline_math
 from gemlab.envs import OFFLINE_MATH, check_env_id, make_envs
-from gemlab.local.models import load_tokenizer
+from tinker_emulator.models import load_tokenizer
 from gemlab.offline_math import WordProblemMathEnv, word_problems
 
 TOOL_WRAPPERS = "python_tool_no_int_reward_last_line_error,concat_chat"  # GEM's README, math with a python tool

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gemlab import Trainer, make_config
-from gemlab.local.checkpoints import STAGING_PREFIX
+from tinker_emulator.checkpoints import STAGING_PREFIX
 from gemlab.run_folder import (
     CHECKPOINTS_FILE,
     METRICS_FILE,
@@ -311,7 +311,7 @@ def test_a_none_reward_is_the_envs_error_not_a_drop() -> None:
 
 
 def test_a_damaged_optimizer_file_says_so_without_torchs_advice(tmp_path: Path) -> None:
-    from gemlab.local import checkpoints
+    from tinker_emulator import checkpoints
 
     trainer = Trainer(_config(tmp_path, save_every=1), progress=False)
     trainer.step()

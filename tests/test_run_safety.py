@@ -135,7 +135,7 @@ def test_ctrl_c_in_step_leaves_weights_metrics_and_counter_agreeing(tmp_path: Pa
     expected = _without_time([plain.step() for _ in range(4)])
     plain.close()
 
-    from gemlab.local import LocalServiceClient
+    from tinker_emulator import LocalServiceClient
 
     service = FaultyService(LocalServiceClient(root=tmp_path / "ckpt"), point, 1, _thread.interrupt_main)
     trainer = _trainer(tmp_path, "interrupted", service)
@@ -254,7 +254,7 @@ def chz_replace(config, **changes):
 def test_high_drop_rate_is_flagged(tmp_path: Path, monkeypatch) -> None:
     """Requests of env 0 always fail: after the retries its episodes are dropped, counted, warned about."""
     import gemlab.episodes
-    from gemlab.local import LocalServiceClient
+    from tinker_emulator import LocalServiceClient
 
     monkeypatch.setattr(gemlab.episodes, "RETRY_DELAYS", (0.0,))
 

@@ -14,7 +14,7 @@ from gemlab.sampling_ahead import AsyncRollouts
 from gemlab.step import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
-from gemlab.local import LocalServiceClient
+from tinker_emulator import LocalServiceClient
 from gemlab.metrics import policy_metrics, rollout_metrics
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.templates import get_template

@@ -107,7 +107,7 @@ def test_command_line_reports_bad_value_in_one_line(tmp_path, arg, message):
 @pytest.mark.slow
 def test_laptop_preset_learns(tmp_path):
     """Issue 5's promise in small: the default local setup wins visibly more after 40 steps.
-    (The full 3-seed measurement is benchmarks/bench_learning.py; this only guards the recipe.)"""
+    (The full 3-seed measurement is research/experiments/bench_learning.py; this only guards the recipe.)"""
     config = make_config("laptop", log_dir=str(tmp_path), run_name="learns", max_steps=40)
     trainer = Trainer(config, progress=False)
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from gemlab import Trainer, make_config
 from gemlab.envs import make_envs
-from gemlab.local.models import load_tokenizer
+from tinker_emulator.models import load_tokenizer
 from gemlab.templates import get_template
 from gemlab.warmup import boxed_last_integer, own_answer_examples
 

@@ -4,8 +4,8 @@ the test; one that a library raises about itself does not. Checked by running py
 project's configuration, on test files and notebooks written here: a warning is attributed to a
 module by its ``__name__``, so the test files run their "gemlab" and "library" code under those names.
 
-Locally, Tinker's deprecated ``*_async`` methods do not warn, so the notebooks, examples and
-benchmarks are also read for calls of any method the installed SDK deprecates."""
+Locally, Tinker's deprecated ``*_async`` methods do not warn, so the notebooks, examples,
+benchmarks and experiment drivers are also read for calls of any method the installed SDK deprecates."""
 
 from __future__ import annotations
 
@@ -163,7 +163,8 @@ def test_notebooks_examples_and_benchmarks_call_no_deprecated_sdk_method():
         for index, cell in enumerate(cells):
             if cell.cell_type == "code" and (names := deprecated_calls(cell.source, deprecated)):
                 found[f"{path.name} cell {index}"] = names
-    for path in sorted([*(ROOT / "examples").glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+    scripts = [*(ROOT / "examples").glob("*.py"), *(ROOT / "benchmarks").glob("*.py"), *(ROOT / "research" / "experiments").glob("*.py")]
+    for path in sorted(scripts):
         if names := deprecated_calls(path.read_text(), deprecated):
             found[str(path.relative_to(ROOT))] = names
     assert not found, f"calls of methods tinker {tinker.__version__} deprecates: {found}"

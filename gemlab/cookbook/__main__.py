@@ -2,7 +2,7 @@
 modelled on the cookbook's ``recipes/math_rl/train.py`` (its keys, a ``Config`` with
 ``recipe_name``, ``check_log_dir``, then ``tinker_cookbook.rl.train.main``).
 
-On the local backend: ``python -m gemlab.local -m gemlab.cookbook env_id=game:GuessTheNumber-v0-easy
+On the local backend: ``python -m tinker_emulator -m gemlab.cookbook env_id=game:GuessTheNumber-v0-easy
 max_steps=2 log_path=/tmp/gem-cookbook``. Bad input is one line and exit status 2.
 """
 

@@ -37,7 +37,7 @@ def setup() -> Setup:
 def preset_for(backend: str) -> str:
     """The preset a notebook trains with on ``backend``: ``"laptop"`` wherever its model
     (gemlab/tiny) is served, which is the local backend and a Tinker server that lists it (gemlab's,
-    ``python -m gemlab.local.http``); ``"gem"``, GEM's defaults, on Tinker's own models (the server
+    ``python -m tinker_emulator.workshop_server``); ``"gem"``, GEM's defaults, on Tinker's own models (the server
     is asked without opening a session)."""
     if resolve_backend(backend) == "local":
         return "laptop"

@@ -1,4 +1,4 @@
-"""The sampling-ahead comparison (``benchmarks/bench_async.py``, notebook 09): what one run's
+"""The sampling-ahead comparison (``research/experiments/bench_async.py``, notebook 09): what one run's
 metrics say (time to a success threshold, final success, pace), which setting each saved run
 belongs to, and the paired contrasts of every setting against the synchronous runs.
 

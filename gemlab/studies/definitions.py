@@ -24,7 +24,7 @@ plays a fixed evaluation set every ``EVAL_EVERY`` steps (``evaluation.py``), the
 the contrasts are computed on. ``CONTRASTS`` is the analysis plan, written before the runs.
 
 Every run is an ordinary run folder under ``<root>/<study>/<run>/``; ``runner.py`` makes them
-(``benchmarks/reproduce_gem.py`` is the command), ``figures.py`` reads them into tables and figures.
+(``research/experiments/reproduce_gem.py`` is the command), ``figures.py`` reads them into tables and figures.
 """
 
 from __future__ import annotations

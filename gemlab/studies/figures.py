@@ -46,7 +46,7 @@ def load_study(folder: str | Path) -> dict[str, Any]:
         if run.steps_done >= run.config["max_steps"]:
             runs[run.name] = run
     if not runs:
-        raise FileNotFoundError(f"no finished runs under {folder}: run `python benchmarks/reproduce_gem.py` first")
+        raise FileNotFoundError(f"no finished runs under {folder}: run `python research/experiments/reproduce_gem.py` first")
     return runs
 
 

@@ -1,6 +1,6 @@
 """Exact reference numbers for GuessTheNumber: how many turns two classic players need.
 
-The gamma study (benchmarks/reproduce_gem.py, notebook 08) draws these as horizontal lines.
+The gamma study (research/experiments/reproduce_gem.py, notebook 08) draws these as horizontal lines.
 Both players face a target drawn uniformly from ``n`` numbers and get GEM's higher/lower hint
 after each guess; a game ends when the target is guessed or after ``max_turns`` turns.
 

@@ -1,4 +1,4 @@
-"""The SmolLM2 learning records (``benchmarks/smollm2_learning.py`` writes them, notebook 10 and
+"""The SmolLM2 learning records (``research/experiments/smollm2_learning.py`` writes them, notebook 10 and
 the benchmark's ``--report`` read them): each seed's held-out curve, and means over seeds.
 
 A recorded seed is a run folder (``config.json``, ``metrics.jsonl`` with the Trainer's ``eval/*``

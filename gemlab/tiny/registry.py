@@ -1,7 +1,7 @@
 """The one registry of the tiny model zoo: every ``gemlab/tiny*`` name, what it is, and how it is
 built; each is stored as an ordinary Hugging Face folder under ``assets/``.
 
-The Tinker emulator (``gemlab.local``) loads these folders by name through ``assets/models.json``
+The Tinker emulator (``tinker_emulator``) loads these folders by name through ``assets/models.json``
 (name -> folder, description), which ``write_zoo`` writes from ``TINY_MODELS``: the emulator reads
 data here and imports no code, so it stands alone. ``python -m gemlab.tiny`` rewrites
 every folder (after a tokenizer change); ``python -m gemlab.tiny.pretrain`` retrains a base and
@@ -20,7 +20,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
 
 ZOO = Path(__file__).parent / "assets"
-INDEX_FILE = ZOO / "models.json"  # what gemlab.local reads: {name: {"folder": ..., "description": ...}}
+INDEX_FILE = ZOO / "models.json"  # what tinker_emulator reads: {name: {"folder": ..., "description": ...}}
 
 TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"

@@ -3,7 +3,7 @@
 - ``local``: prompts, datums and a run's LoRA tensors for the local-backend tests;
 - ``faults``: fault injection (SIGKILL, Ctrl-C at an exact point of a run) for the run-safety tests;
 - ``scripted``: a scripted sampling client that plays fixed guesses;
-- ``http_server``: a ``python -m gemlab.local.http`` server in its own process, and clients of it;
+- ``http_server``: a ``python -m tinker_emulator.workshop_server`` server in its own process, and clients of it;
 - ``cookbook``: tinker-cookbook 0.6.1 installed on first use, and a recipe's logged metrics;
 - ``gem_train``: GEM's ``tinker_train.py`` (verbatim in tests/fixtures/gem), its small flags and metrics.
 """

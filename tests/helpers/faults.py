@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import Any, Callable
 
-import gemlab.local.checkpoints
+import tinker_emulator.checkpoints
 import gemlab.run_folder
 import gemlab.trainer
 
@@ -91,15 +91,15 @@ class FaultyService:
 def install(point: str, step: int, action: Callable[[], None]) -> None:
     """Make every Trainer created from now on in this process hit ``action`` at ``point``/``step``."""
     if point == "save_state":
-        real_save_file = gemlab.local.checkpoints.save_file
+        real_save_file = tinker_emulator.checkpoints.save_file
 
         def save_file(tensors: Any, path: Any) -> None:
             real_save_file(tensors, path)
             folder = os.path.basename(os.path.dirname(path))  # the save's staging folder
-            if folder.startswith(gemlab.local.checkpoints.STAGING_PREFIX) and folder.endswith(f"-step{step:06d}"):
+            if folder.startswith(tinker_emulator.checkpoints.STAGING_PREFIX) and folder.endswith(f"-step{step:06d}"):
                 action()
 
-        gemlab.local.checkpoints.save_file = save_file
+        tinker_emulator.checkpoints.save_file = save_file
     elif point == "metrics_rewrite":
         real_replace, count = gemlab.run_folder.os.replace, [0]
 

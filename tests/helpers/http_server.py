@@ -1,4 +1,4 @@
-"""A gemlab.local.http server in its own process, for tests: free port, its own data folder,
+"""A tinker_emulator.workshop_server server in its own process, for tests: free port, its own data folder,
 killed at the end; ``env`` is what a client sets (TINKER_BASE_URL, TINKER_API_KEY)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class ServerProcess:
         self.log = data_dir.parent / f"{data_dir.name}-server.log"
         self._out = self.log.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gemlab.local.http", "--port", "0", "--data-dir", str(data_dir), *args],
+            [sys.executable, "-m", "tinker_emulator.workshop_server", "--port", "0", "--data-dir", str(data_dir), *args],
             stdout=self._out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -80,7 +80,7 @@ def offline_server(*args: str) -> Iterator[tuple[ServerProcess, Path]]:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         hf_home = workdir / "hf"
-        subprocess.run([sys.executable, "-m", "gemlab.local.http", "tokenizer", "gemlab/tiny"], check=True,
+        subprocess.run([sys.executable, "-m", "tinker_emulator.workshop_server", "tokenizer", "gemlab/tiny"], check=True,
                        capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})  # fmt: skip
         os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
         os.chdir(workdir)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gemlab.local import TINY, LocalServiceClient
-from gemlab.local.models import load_tokenizer
+from tinker_emulator import TINY, LocalServiceClient
+from tinker_emulator.models import load_tokenizer
 from tests.helpers.cookbook import installed_cookbook
 from tests.helpers.local import CHAT
 

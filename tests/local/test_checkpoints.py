@@ -17,7 +17,7 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import TINY, LocalRestClient, LocalServiceClient, checkpoints
+from tinker_emulator import TINY, LocalRestClient, LocalServiceClient, checkpoints
 from gemlab.tiny import registry
 from tests.helpers.local import nudge, rl_datum, sft_datum, weights
 
@@ -177,7 +177,7 @@ def test_copy_weights_and_close(service, training, prompt):
 CRASH = """
 import os, signal, sys, torch
 from pathlib import Path
-from gemlab.local import TINY, LocalServiceClient, checkpoints
+from tinker_emulator import TINY, LocalServiceClient, checkpoints
 root, where = Path(sys.argv[1]), sys.argv[2]
 training = LocalServiceClient(device="cpu", root=root).create_lora_training_client(base_model=TINY, rank=4, seed=0).result()
 die = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
@@ -242,8 +242,8 @@ def test_a_restart_finishes_a_whole_save_and_removes_a_partial_one(crashed: Path
 def test_a_restarted_server_lists_the_keys_checkpoints_after_a_killed_save(crashed: Path, tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from gemlab.local.http import make_app
-    from gemlab.local.http.keys import tenant_of
+    from tinker_emulator.workshop_server import make_app
+    from tinker_emulator.workshop_server.keys import tenant_of
 
     key = "tml-" + "0123456789" * 4
     shutil.copytree(crashed, tmp_path / "data" / "tenants" / tenant_of(key), symlinks=True)
@@ -287,7 +287,7 @@ def test_a_full_disk_is_reported_as_such_and_leaves_nothing(training, monkeypatc
 def test_a_full_disk_over_http_is_one_line_in_the_answer_and_the_log(tmp_path: Path, monkeypatch, caplog) -> None:
     from fastapi.testclient import TestClient
 
-    from gemlab.local.http import make_app
+    from tinker_emulator.workshop_server import make_app
 
     key = "tml-" + "0123456789" * 4
     with TestClient(make_app(tmp_path, [key], device="cpu"), headers={"X-API-Key": key}) as client:
@@ -295,13 +295,13 @@ def test_a_full_disk_over_http_is_one_line_in_the_answer_and_the_log(tmp_path: P
         made = client.post("/api/v1/create_model", json={"session_id": session, "model_seq_id": 0, "base_model": TINY, "lora_config": {"rank": 4}}).json()
         assert poll(client, made["request_id"])["model_id"] == made["model_id"]
         monkeypatch.setattr(checkpoints, "save_file", no_space)
-        with caplog.at_level(logging.ERROR, logger="gemlab.local.http"):
+        with caplog.at_level(logging.ERROR, logger="tinker_emulator.workshop_server"):
             for route in ("save_weights", "save_weights_for_sampler"):
                 saved = client.post(f"/api/v1/{route}", json={"model_id": made["model_id"], "path": "full"}).json()
                 answer = poll(client, saved["request_id"])
                 assert answer["category"] == "server" and "disk is full" in answer["error"], answer
                 assert "\n" not in answer["error"] and "SafetensorError" not in answer["error"]
-        logged = [r for r in caplog.records if r.name == "gemlab.local.http" and "No space left" in r.getMessage()]
+        logged = [r for r in caplog.records if r.name == "tinker_emulator.workshop_server" and "No space left" in r.getMessage()]
         assert len(logged) == 2 and all(r.exc_info is None for r in logged)
         assert client.get("/api/v1/checkpoints").json()["checkpoints"] == []
 

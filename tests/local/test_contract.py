@@ -11,7 +11,7 @@ import pytest
 import tinker
 from tinker import types
 
-from gemlab.local import TINY, LocalSamplingClient, LocalServiceClient, LocalTrainingClient
+from tinker_emulator import TINY, LocalSamplingClient, LocalServiceClient, LocalTrainingClient
 
 # Public members of tinker's clients that make no sense in-process, and why.
 EXCLUDED = {

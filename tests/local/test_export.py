@@ -1,4 +1,4 @@
-"""``python -m gemlab.local.export`` (run here through its ``main``) writes a local model as a
+"""``python -m tinker_emulator.export`` (run here through its ``main``) writes a local model as a
 Hugging Face folder that loads offline and computes what the preset computes."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from gemlab.tiny import registry
 
 def test_export_writes_a_folder_that_matches_the_preset(tmp_path: Path, monkeypatch, training):
     """Also after a training client has put LoRA layers into the shared model (``training``)."""
-    from gemlab.local import export as module
+    from tinker_emulator import export as module
 
     folder = tmp_path / "tiny-hf"
     monkeypatch.setattr(sys, "argv", ["export", "Qwen/Qwen3-4B-Instruct-2507", str(folder)])  # maps to gemlab/tiny-chat
@@ -33,13 +33,13 @@ def test_export_writes_a_folder_that_matches_the_preset(tmp_path: Path, monkeypa
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, monkeypatch):
-    from gemlab.local import export as module
+    from tinker_emulator import export as module
 
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     for args, message in [
-        (["gemlab/tiny", str(tmp_path / "full")], f"gemlab.local.export: {tmp_path / 'full'} is not empty; choose a new folder"),
-        (["tiny", str(tmp_path / "other")], "gemlab.local.export: Unknown model 'tiny'."),
+        (["gemlab/tiny", str(tmp_path / "full")], f"tinker_emulator.export: {tmp_path / 'full'} is not empty; choose a new folder"),
+        (["tiny", str(tmp_path / "other")], "tinker_emulator.export: Unknown model 'tiny'."),
     ]:
         monkeypatch.setattr(sys, "argv", ["export", *args])
         try:

@@ -12,7 +12,7 @@ import torch
 from tinker import types
 
 from gemlab.step import adam_params
-from gemlab.local.futures import SAMPLING, TRAINING, Worker, get_worker, lane, then
+from tinker_emulator.futures import SAMPLING, TRAINING, Worker, get_worker, lane, then
 from tests.helpers.local import nudge, sft_datum
 
 
@@ -177,8 +177,8 @@ def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypat
     $GEMLAB_THREADS wins."""
     import torch
 
-    from gemlab.local import futures
-    from gemlab.local.models import THREADS_ENV, LoadedModel
+    from tinker_emulator import futures
+    from tinker_emulator.models import THREADS_ENV, LoadedModel
 
     threads = torch.get_num_threads()
     lm = LoadedModel(name="big", model=torch.nn.Linear(1, 1), tokenizer=None, device=torch.device("cpu"), role=TRAINING)

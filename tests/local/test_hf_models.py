@@ -10,9 +10,9 @@ import torch
 from tinker import types
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from gemlab.local import LocalServiceClient
-from gemlab.local.hf_models import cached_snapshot
-from gemlab.local.models import TINY_CHAT, resolve_model_name
+from tinker_emulator import LocalServiceClient
+from tinker_emulator.hf_models import cached_snapshot
+from tinker_emulator.models import TINY_CHAT, resolve_model_name
 from gemlab.tiny.model import load_tiny_tokenizer
 from tests.helpers.local import rl_datum
 
@@ -87,7 +87,7 @@ def test_cached_qwen3_trains_by_name(hub_cache, tmp_path):
 
 
 def test_absent_name_maps_to_the_stand_in_with_one_line(hub_cache, caplog):
-    with caplog.at_level(logging.WARNING, logger="gemlab.local"):
+    with caplog.at_level(logging.WARNING, logger="tinker_emulator"):
         assert resolve_model_name("acme/not-downloaded") == TINY_CHAT
     lines = [r.getMessage() for r in caplog.records if "acme/not-downloaded" in r.getMessage()]
     assert len(lines) == 1 and "not available locally" in lines[0] and "\n" not in lines[0]

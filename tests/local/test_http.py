@@ -1,4 +1,4 @@
-"""The official tinker SDK, unpatched, against ``python -m gemlab.local.http`` in its own process:
+"""The official tinker SDK, unpatched, against ``python -m tinker_emulator.workshop_server`` in its own process:
 the SDK's whole client path, keys and tenants, limits, malformed requests, and faults."""
 
 from __future__ import annotations

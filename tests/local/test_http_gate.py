@@ -1,5 +1,5 @@
 """What keeps HTTP fast: the server's connections send small responses at once (no Nagle), the
-sampling gate (gemlab/local/http/gate.py) starts a session's burst of requests together, route
+sampling gate (tinker_emulator/workshop_server/gate.py) starts a session's burst of requests together, route
 dependencies run on the event loop (no thread hop), and the SDK is told to use its pyqwest
 transport (half httpx's CPU per request, every connection kept open)."""
 
@@ -11,10 +11,10 @@ from concurrent.futures import Future
 
 import pytest
 
-from gemlab.local.http import state
-from gemlab.local.http.__main__ import listening_socket
-from gemlab.local.http.gate import SampleGate
-from gemlab.local.http.routes.sessions import client_config
+from tinker_emulator.workshop_server import state
+from tinker_emulator.workshop_server.__main__ import listening_socket
+from tinker_emulator.workshop_server.gate import SampleGate
+from tinker_emulator.workshop_server.routes.sessions import client_config
 
 
 class Started:

@@ -1,4 +1,4 @@
-"""The workshop server's door (gemlab/local/http/guard.py, connections.py): a connection whose
+"""The workshop server's door (tinker_emulator/workshop_server/guard.py, connections.py): a connection whose
 request head does not arrive in time is closed, a body that dribbles in is cut off at the read
 timeout with a 408 in Tinker's error shape, and a request's work goes in its key's lane
 with its body's size counted."""
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from gemlab.local.futures import LANE
-from gemlab.local.http.guard import Guard
-from gemlab.local.http.keys import KeyRing, tenant_of
-from gemlab.local.http.registry import REQUEST_BYTES
+from tinker_emulator.futures import LANE
+from tinker_emulator.workshop_server.guard import Guard
+from tinker_emulator.workshop_server.keys import KeyRing, tenant_of
+from tinker_emulator.workshop_server.registry import REQUEST_BYTES
 from tests.helpers.http_server import ServerProcess
 
 KEY = "tml-" + "c" * 40

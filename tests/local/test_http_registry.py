@@ -1,4 +1,4 @@
-"""What the workshop server holds per key (gemlab/local/http/registry.py): keys take turns on the
+"""What the workshop server holds per key (tinker_emulator/workshop_server/registry.py): keys take turns on the
 training worker while each keeps its order, each key is bounded (training runs 403; queued
 requests, unfetched results and the bytes they hold 429), and a session that ends takes its
 models, samplers and results with it, so their memory can go."""
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gemlab.local import training_client
-from gemlab.local.futures import SAMPLING, TRAINING, get_worker
-from gemlab.local.http import make_app
-from gemlab.local.http.registry import REQUEST_BYTES, SESSION_TTL_S, Busy, NotFound, Quotas, Registry, Sampler
-from gemlab.local.http.state import Limits
+from tinker_emulator import training_client
+from tinker_emulator.futures import SAMPLING, TRAINING, get_worker
+from tinker_emulator.workshop_server import make_app
+from tinker_emulator.workshop_server.registry import REQUEST_BYTES, SESSION_TTL_S, Busy, NotFound, Quotas, Registry, Sampler
+from tinker_emulator.workshop_server.state import Limits
 from tests.helpers.http_app import NEW_SESSION, result
 
 KEYS = ["tml-" + "a" * 40, "tml-" + "b" * 40]

@@ -1,4 +1,4 @@
-"""The local Tinker server's app in this process (gemlab/local/http/app.py and routes/): a router
+"""The local Tinker server's app in this process (tinker_emulator/workshop_server/app.py and routes/): a router
 serves on an app of its own given its state, the lifespan sweeps expired sessions, and a training
 run's model id names its run on the RestClient's routes."""
 
@@ -11,12 +11,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from gemlab.local.http import app as http_app
-from gemlab.local.http import make_app
-from gemlab.local.http.gate import SampleGate
-from gemlab.local.http.registry import SESSION_TTL_S, Registry
-from gemlab.local.http.routes import sessions
-from gemlab.local.http.state import Limits, Server, tenant
+from tinker_emulator.workshop_server import app as http_app
+from tinker_emulator.workshop_server import make_app
+from tinker_emulator.workshop_server.gate import SampleGate
+from tinker_emulator.workshop_server.registry import SESSION_TTL_S, Registry
+from tinker_emulator.workshop_server.routes import sessions
+from tinker_emulator.workshop_server.state import Limits, Server, tenant
 from tests.helpers.http_app import KEY, NEW_SESSION, result
 
 

@@ -1,4 +1,4 @@
-"""The server's key file (gemlab/local/http/keys.py): readable by its owner only from the first
+"""The server's key file (tinker_emulator/workshop_server/keys.py): readable by its owner only from the first
 byte written, whatever the umask, and never written through a link planted where it is staged."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gemlab.local.http import keys
+from tinker_emulator.workshop_server import keys
 
 
 def test_the_key_file_is_0600_from_its_first_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

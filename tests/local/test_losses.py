@@ -10,7 +10,7 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import lora, losses
+from tinker_emulator import lora, losses
 from tests.helpers.local import grads, nudge, rl_datum, sft_datum, weights
 
 CONFIGS = {
@@ -28,7 +28,7 @@ DEFAULT_CLIPS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0), "gspo": (1 - 3e-4, 1 + 
 
 
 def formula(name: str, lp: torch.Tensor, inputs: dict[str, torch.Tensor], config: dict[str, float]) -> torch.Tensor:
-    """Tinker's per-token loss, written out independently of gemlab.local.losses."""
+    """Tinker's per-token loss, written out independently of tinker_emulator.losses."""
     if name == "cross_entropy":
         return -lp * inputs["weights"]
     q, adv = inputs["logprobs"], inputs["advantages"]

@@ -1,5 +1,5 @@
-"""Client strings that become folders on the server (gemlab/local/http/paths.py and the checkpoint
-names of gemlab/local/checkpoints.py) pass one allow-rule, ``checkpoints.NAME``: 1-200 letters,
+"""Client strings that become folders on the server (tinker_emulator/workshop_server/paths.py and the checkpoint
+names of tinker_emulator/checkpoints.py) pass one allow-rule, ``checkpoints.NAME``: 1-200 letters,
 digits, '.', '_', '-', starting with a letter or digit. Anything else, a 255+ character name
 included, is a 4xx in Tinker's error JSON that names the rule, never an internal error."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gemlab.local import checkpoints
-from gemlab.local.http import make_app, paths
+from tinker_emulator import checkpoints
+from tinker_emulator.workshop_server import make_app, paths
 from tests.helpers.http_app import KEY, NEW_SESSION, result
 
 RULE = "1-200 letters, digits"

@@ -9,8 +9,8 @@ import pytest
 from tinker import types
 
 from gemlab import Trainer, make_config
-from gemlab.local import TINY, LocalServiceClient
-from gemlab.local.precision import compute_dtype
+from tinker_emulator import TINY, LocalServiceClient
+from tinker_emulator.precision import compute_dtype
 
 
 def _learner_logprobs(training, tokens):

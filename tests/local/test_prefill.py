@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from gemlab.local import generation
-from gemlab.local.generation import Row, generate
-from gemlab.local.models import TINY, load_model
-from gemlab.local.prefill import MIN_SHARED_TOKENS, shared_prefix_length
+from tinker_emulator import generation
+from tinker_emulator.generation import Row, generate
+from tinker_emulator.models import TINY, load_model
+from tinker_emulator.prefill import MIN_SHARED_TOKENS, shared_prefix_length
 
 
 def test_shared_prefix_leaves_each_row_a_token_of_its_own():
@@ -43,7 +43,7 @@ def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
 def assert_shared_equals_plain(monkeypatch, model, inputs, targets, vocab_size=1 << 10):
     """Logprobs (1e-5) and gradients (1e-4 of the largest) of ``scored_batches`` with prefix sharing
     on equal those of the plain pass; each micro-batch's backward runs before the next, as training does."""
-    from gemlab.local import scoring
+    from tinker_emulator import scoring
 
     def run(share):
         monkeypatch.setattr(scoring, "worth_sharing", lambda m: share)
@@ -78,7 +78,7 @@ def test_training_with_a_shared_prefix_gives_the_plain_loss_and_gradient(monkeyp
 def test_rows_with_the_same_prompt_run_it_once_and_sample_as_they_would_alone(monkeypatch):
     """A GRPO group's rows show one problem: the prompt pass runs each distinct prompt once
     (counted at the model), and every row still gets the tokens and logprobs it gets alone."""
-    from gemlab.local import kv_cache
+    from tinker_emulator import kv_cache
     from gemlab.tiny.model import build_tiny_model
 
     pad = load_model(TINY, torch.device("cpu")).pad_token_id
@@ -104,7 +104,7 @@ def test_rows_with_the_same_prompt_run_it_once_and_sample_as_they_would_alone(mo
 
 
 def test_the_sharing_plan_runs_each_groups_problem_once_and_leaves_a_lone_row_plain():
-    from gemlab.local.prefix_scoring import Cluster, sharing_plan
+    from tinker_emulator.prefix_scoring import Cluster, sharing_plan
 
     preamble = list(range(100, 120))
     problems = [preamble + list(range(200 + 10 * g, 210 + 10 * g)) for g in range(3)]  # 30 tokens each
@@ -124,7 +124,7 @@ def test_the_sharing_plan_runs_each_groups_problem_once_and_leaves_a_lone_row_pl
 def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypatch):
     """Groups with prefixes of different lengths (the prefix batch is padded) and a row that
     shares nothing: logprobs and gradients equal the plain pass."""
-    from gemlab.local import scoring
+    from tinker_emulator import scoring
     from gemlab.tiny.model import build_tiny_model
 
     model = build_tiny_model(seed=0, pretrained=True)
@@ -143,7 +143,7 @@ def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch
     """A budget of 8 positions per micro-batch: each group's prefix (18 and 19 tokens) runs once, in
     a pass of its own, its rows' suffixes in micro-batches of at most 8 positions, and the gradients gathered
     over those micro-batches still equal the plain pass's."""
-    from gemlab.local import kv_cache, scoring
+    from tinker_emulator import kv_cache, scoring
     from gemlab.tiny.model import build_tiny_model
 
     model = build_tiny_model(seed=0, pretrained=True)

@@ -10,9 +10,9 @@ import pytest
 import tinker
 from tinker import types
 
-from gemlab.local import TINY, LocalServiceClient
-from gemlab.local.errors import LocalBackendError
-from gemlab.local.rest_client import LocalRestClient
+from tinker_emulator import TINY, LocalServiceClient
+from tinker_emulator.errors import LocalBackendError
+from tinker_emulator.rest_client import LocalRestClient
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_a_fresh_client_finds_runs_on_disk(setup, tmp_path: Path):
     path = training.save_weights_for_sampler("w").result().path
     rest = LocalRestClient(root=tmp_path)
     assert [c.tinker_path for c in rest.list_user_checkpoints().result().checkpoints] == [path]
-    from gemlab.local import checkpoints
+    from tinker_emulator import checkpoints
 
     saved = checkpoints._run_info.pop(training.model_id)
     try:

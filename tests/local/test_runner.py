@@ -1,4 +1,4 @@
-"""An unmodified Tinker-style script runs under ``python -m gemlab.local``."""
+"""An unmodified Tinker-style script runs under ``python -m tinker_emulator``."""
 
 from __future__ import annotations
 
@@ -74,12 +74,12 @@ SCRIPT = textwrap.dedent(
 
 
 def _run_gemlab_local(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """``python -m gemlab.local ARGS`` in ``tmp_path`` (checkpoints under it, Tinker names mapped to
+    """``python -m tinker_emulator ARGS`` in ``tmp_path`` (checkpoints under it, Tinker names mapped to
     the default local model, ``env`` added); it must succeed."""
     environment = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), **env}
     environment.pop("GEMLAB_LOCAL_MODEL", None)
     done = subprocess.run(
-        [sys.executable, "-m", "gemlab.local", *args], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
+        [sys.executable, "-m", "tinker_emulator", *args], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -121,8 +121,8 @@ MODULE = textwrap.dedent(
     import tinker
     from transformers import AutoTokenizer
 
-    from gemlab.local import TINY_CHAT
-    from gemlab.local.models import load_tokenizer
+    from tinker_emulator import TINY_CHAT
+    from tinker_emulator.models import load_tokenizer
 
     assert __name__ == "__main__" and sys.argv[1:] == ["--flag", "x"], sys.argv
     service = tinker.ServiceClient()
@@ -148,18 +148,18 @@ def test_runner_runs_a_module_with_tinker_patched(tmp_path: Path):
 
 @pytest.mark.parametrize("module", ["no_such_module_here", "tinker.no_such_part"])
 def test_runner_refuses_a_missing_module_in_one_line(module: str):
-    from gemlab.local.runner import main
+    from tinker_emulator.runner import main
 
     with pytest.raises(SystemExit) as exited:
         main(["-m", module])
-    assert exited.value.code == f"gemlab.local: no module named {module!r}"
+    assert exited.value.code == f"tinker_emulator: no module named {module!r}"
 
 
 def test_patch_tinker_undoes_everything():
     import tinker
     from transformers import AutoTokenizer
 
-    from gemlab.local import patch_tinker
+    from tinker_emulator import patch_tinker
 
     before = (tinker.ServiceClient, tinker.RestClient, AutoTokenizer.__dict__["from_pretrained"])
     handle = tinker.SamplingClient.__dict__["from_sampler_handle"]

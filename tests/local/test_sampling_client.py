@@ -10,7 +10,7 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import TINY, lora, sampling_client
+from tinker_emulator import TINY, lora, sampling_client
 from tests.helpers.local import nudge, rl_datum
 
 

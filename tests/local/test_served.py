@@ -1,4 +1,4 @@
-"""A model name is a name (gemlab/local/http/served.py): the server takes only the base models
+"""A model name is a name (tinker_emulator/workshop_server/served.py): the server takes only the base models
 ``get_server_capabilities`` lists; a path on the server (``~``, ``""``, a model folder outside the
 data folder, another key's folder), an unknown or huge name is a 400 in Tinker's error JSON naming
 what is served, on every route that takes a ``base_model``, and nothing is made for it."""
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from gemlab.local.http import make_app
-from gemlab.local.http.keys import tenant_of
-from gemlab.local.models import TINY, catalogue
+from tinker_emulator.workshop_server import make_app
+from tinker_emulator.workshop_server.keys import tenant_of
+from tinker_emulator.models import TINY, catalogue
 from tests.helpers.http_app import NEW_SESSION
 
 KEY, OTHER = "tml-" + "0123456789" * 4, "tml-" + "9876543210" * 4

@@ -6,8 +6,8 @@ import pytest
 import torch
 from tinker import types
 
-from gemlab.local import SMOLLM2, LocalServiceClient
-from gemlab.local.models import model_source
+from tinker_emulator import SMOLLM2, LocalServiceClient
+from tinker_emulator.models import model_source
 from tests.helpers.local import CHAT, rl_datum
 
 

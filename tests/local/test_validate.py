@@ -1,4 +1,4 @@
-"""Validate before you allocate, off the event loop (gemlab/local/http/validate.py and the routes that
+"""Validate before you allocate, off the event loop (tinker_emulator/workshop_server/validate.py and the routes that
 call it): every malformed request is a 4xx in Tinker's error JSON with one log line and no
 traceback, refused before the server allocates or queues anything for it; a large body is decoded
 off the event loop, so ``/healthz`` answers meanwhile. The app runs in this process on the tiny
@@ -23,10 +23,10 @@ from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.response_conv import deserialize_sample_response
 
-from gemlab.local.http import make_app, validate, wire
-from gemlab.local.http.errors import TooLarge, status_and_message
-from gemlab.local.http.routes import ROUTERS
-from gemlab.local.http.state import Limits
+from tinker_emulator.workshop_server import make_app, validate, wire
+from tinker_emulator.workshop_server.errors import TooLarge, status_and_message
+from tinker_emulator.workshop_server.routes import ROUTERS
+from tinker_emulator.workshop_server.state import Limits
 from tests.helpers.http_app import KEY, NEW_SESSION, result
 
 MAX_BODY = 2**20  # the app's body limit here: its tensors may hold MAX_BODY // 4 elements once dense
@@ -269,10 +269,10 @@ def test_each_refusal_is_one_log_line_without_a_traceback(served: Served, caplog
     ]
     for send in bad:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="gemlab.local.http"):
+        with caplog.at_level(logging.WARNING, logger="tinker_emulator.workshop_server"):
             answer = send()
         assert 400 <= answer.status_code < 500, answer.text
-        records = [r for r in caplog.records if r.name == "gemlab.local.http"]
+        records = [r for r in caplog.records if r.name == "tinker_emulator.workshop_server"]
         assert len(records) == 1 and records[0].exc_info is None, [r.getMessage() for r in records]
         assert str(answer.status_code) in records[0].getMessage() and "\n" not in records[0].getMessage()
 

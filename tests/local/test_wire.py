@@ -1,4 +1,4 @@
-"""Decoding ``/forward_backward`` bodies (gemlab/local/http/wire.py): what the SDK sends decodes to
+"""Decoding ``/forward_backward`` bodies (tinker_emulator/workshop_server/wire.py): what the SDK sends decodes to
 the datums it encoded; a corrupt compressed body, a tensor whose data does not fill its declared
 shape, an ill-formed sparse tensor, or one declaring more elements than the server allows, is a
 ``ValueError`` (HTTP 400) raised before anything of its declared size is allocated."""
@@ -15,7 +15,7 @@ from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.request_conv import forward_backward_request_to_proto
 
-from gemlab.local.http import wire
+from tinker_emulator.workshop_server import wire
 
 LIMIT = 2**20  # elements a request's tensors may hold once dense, in these tests
 

@@ -1,4 +1,4 @@
-"""The tinker-atropos loop (gemlab/serve/atropos.py) with atroposlib unmodified: an Atropos
+"""The tinker-atropos loop (gemlab/atropos/loop.py) with atroposlib unmodified: an Atropos
 environment written in Atropos's own style (examples/atropos_guess_env.py, no gemlab import)
 collects multi-turn games through ``ManagedServer`` against gemlab's ``/generate``, in SGLang's and
 vLLM's dialects, behind an API key; gemlab trains on the scored groups and serves the new weights."""
@@ -13,10 +13,10 @@ import pytest
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from gemlab.config import make_config
-from gemlab.local import TINY_CHAT, LocalServiceClient
-from gemlab.local.models import model_source
-from gemlab.serve import BackgroundServer, Limits, Recorder, SamplerSlot, create_app
-from gemlab.serve.atropos import group_episodes, train, turns
+from tinker_emulator import TINY_CHAT, LocalServiceClient
+from tinker_emulator.models import model_source
+from gemlab.openai_endpoint import BackgroundServer, Limits, Recorder, SamplerSlot, create_app
+from gemlab.atropos.loop import group_episodes, train, turns
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "atropos_guess_env.py"
 KEY = "sk-room-7"

@@ -1,4 +1,4 @@
-"""The endpoint's front door (gemlab/serve/guard.py) on an app of its own: the ``Host`` header is
+"""The endpoint's front door (gemlab/openai_endpoint/guard.py) on an app of its own: the ``Host`` header is
 read as ``host[:port]`` (an IPv6 address in brackets, a port of digits) and anything else is refused."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from gemlab.serve.guard import Guard, Limits
+from gemlab.openai_endpoint.guard import Guard, Limits
 
 
 @pytest.fixture(scope="module")

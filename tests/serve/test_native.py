@@ -1,4 +1,4 @@
-"""``POST /generate`` in SGLang's and vLLM's shapes (gemlab/serve/native.py), on loopback over the
+"""``POST /generate`` in SGLang's and vLLM's shapes (gemlab/openai_endpoint/native.py), on loopback over the
 local backend's tiny chat model: what comes back is what the sampler drew, and bad bodies are
 one-line 400s."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tinker import types
 
-from gemlab.serve import Recorder, SamplerSlot, create_app
-from gemlab.serve.server_thread import BackgroundServer
+from gemlab.openai_endpoint import Recorder, SamplerSlot, create_app
+from gemlab.openai_endpoint.server_thread import BackgroundServer
 from tests.serve.conftest import MODEL
 
 PROMPT = "<|im_start|>user\nGuess a number between 1 and 20. Answer in \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"

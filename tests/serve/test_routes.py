@@ -1,6 +1,6 @@
-"""The endpoint's routes (gemlab/serve/routes.py) on an app of their own, without ``create_app`` or
+"""The endpoint's routes (gemlab/openai_endpoint/routes.py) on an app of their own, without ``create_app`` or
 the front door: what a handler needs is the ``Endpoint`` on ``app.state``, and the error handlers
-(gemlab/serve/errors.py) answer in OpenAI's shape with one log line."""
+(gemlab/openai_endpoint/errors.py) answer in OpenAI's shape with one log line."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from gemlab.serve import Recorder, SamplerSlot
-from gemlab.serve.errors import EXCEPTION_HANDLERS
-from gemlab.serve.routes import router
-from gemlab.serve.state import Endpoint
+from gemlab.openai_endpoint import Recorder, SamplerSlot
+from gemlab.openai_endpoint.errors import EXCEPTION_HANDLERS
+from gemlab.openai_endpoint.routes import router
+from gemlab.openai_endpoint.state import Endpoint
 from tests.serve.conftest import MODEL, ScriptedSampler
 
 HI = [{"role": "user", "content": "hi"}]
@@ -49,7 +49,7 @@ def test_route_errors_are_openai_json_and_one_log_line(sampler, caplog: pytest.L
         def get_tokenizer(self) -> Any:
             raise RuntimeError("no tokenizer")
 
-    caplog.set_level(logging.WARNING, logger="gemlab.serve")
+    caplog.set_level(logging.WARNING, logger="gemlab.openai_endpoint")
     with TestClient(app_of(ScriptedSampler(sampler, "x"))) as client:
         unknown = client.post("/v1/chat/completions", json={"model": "someone/else", "messages": HI})
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
@@ -59,6 +59,6 @@ def test_route_errors_are_openai_json_and_one_log_line(sampler, caplog: pytest.L
         failed = client.post("/v1/chat/completions", json={"model": MODEL, "messages": HI})
     assert failed.status_code == 500 and failed.json()["error"]["type"] == "server_error"
     assert "RuntimeError('no tokenizer')" in failed.json()["error"]["message"]
-    records = [r for r in caplog.records if r.name == "gemlab.serve"]
+    records = [r for r in caplog.records if r.name == "gemlab.openai_endpoint"]
     assert [r.getMessage().split(" ", 1)[0] for r in records] == ["404", "400", "500"]
     assert all("\n" not in r.getMessage() and not r.exc_info for r in records)

@@ -19,8 +19,8 @@ from tinker import types
 from gemlab.step import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
-from gemlab.local import TINY, LocalServiceClient, sampling_client
-from gemlab.serve import BackgroundServer, Recorder, SamplerSlot, create_app
+from tinker_emulator import TINY, LocalServiceClient, sampling_client
+from gemlab.openai_endpoint import BackgroundServer, Recorder, SamplerSlot, create_app
 
 MESSAGES = [{"role": "user", "content": "Guess a number between 1 and 20. Answer in \\boxed{}."}]
 
@@ -281,7 +281,7 @@ def test_recorder_refuses_unknown_ids(served) -> None:
 @pytest.mark.slow
 def test_command_line_refuses_an_unknown_model_in_one_line() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gemlab.serve", "--model", "gemlab/nothing"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "gemlab.openai_endpoint", "--model", "gemlab/nothing"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "gemlab/nothing" in result.stderr

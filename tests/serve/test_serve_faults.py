@@ -31,7 +31,7 @@ def no_tracebacks(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     caplog.set_level(logging.WARNING)
     yield
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
-    assert all("\n" not in r.getMessage() for r in caplog.records if r.name == "gemlab.serve")
+    assert all("\n" not in r.getMessage() for r in caplog.records if r.name == "gemlab.openai_endpoint")
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def test_only_this_servers_host_names_are_answered(server) -> None:
 
 
 def test_beyond_loopback_needs_a_key(sampler) -> None:
-    from gemlab.serve import BackgroundServer, create_app
+    from gemlab.openai_endpoint import BackgroundServer, create_app
 
     with pytest.raises(ValueError, match="API key"):
         BackgroundServer(create_app(sampler, model_name=MODEL), host="0.0.0.0")
@@ -219,5 +219,5 @@ def test_clients_that_leave_mid_upload_or_mid_sampling_leave_the_server_healthy(
 
 def test_the_command_refuses_to_bind_beyond_loopback_without_a_key() -> None:
     env = {k: v for k, v in os.environ.items() if k != "GEMLAB_SERVE_API_KEY"}
-    result = subprocess.run([sys.executable, "-m", "gemlab.serve", "--model", MODEL, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=120, env=env, check=False)
+    result = subprocess.run([sys.executable, "-m", "gemlab.openai_endpoint", "--model", MODEL, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=120, env=env, check=False)
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "--api-key" in result.stderr

@@ -11,7 +11,7 @@ from typing import Any
 import openai
 import pytest
 
-from gemlab.serve.tools import parse_tool_calls
+from gemlab.openai_endpoint.tools import parse_tool_calls
 from tests.serve.conftest import MODEL, ScriptedSampler, serve
 
 WEATHER = {

@@ -312,7 +312,7 @@ def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, ca
     environment has no rates yet, so --estimate-only says so in a line and goes on (exit 0)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("reproduce_gem", Path(__file__).parents[2] / "benchmarks" / "reproduce_gem.py")
+    spec = importlib.util.spec_from_file_location("reproduce_gem", Path(__file__).parents[2] / "research" / "experiments" / "reproduce_gem.py")
     reproduce_gem = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reproduce_gem)
     for run in study_runs("tuning", tmp_path, environments=["products"], seeds=[100], steps=1):

@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import gemlab.local
-from gemlab.local.models import catalogue
+import tinker_emulator
+from tinker_emulator.models import catalogue
 from gemlab.tiny import registry
 
 TEXT = "<|im_start|>user\nGuess a number between 1 and 10.<|im_end|>\n<|im_start|>assistant\n<think>\\boxed{5}"
@@ -24,7 +24,7 @@ def test_the_catalogue_file_is_the_registry():
 
 
 def test_the_emulators_model_names_are_in_the_zoo():
-    assert {gemlab.local.TINY, gemlab.local.TINY_CHAT, gemlab.local.TINY_RANDOM} <= set(registry.TINY_MODELS)
+    assert {tinker_emulator.TINY, tinker_emulator.TINY_CHAT, tinker_emulator.TINY_RANDOM} <= set(registry.TINY_MODELS)
 
 
 @pytest.mark.parametrize("name", list(registry.TINY_MODELS))

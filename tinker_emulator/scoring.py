@@ -1,0 +1,84 @@
+"""Teacher-forced logprobs of target tokens: what training differentiates and what
+``compute_logprobs`` returns, from one code path so the two always agree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tinker_emulator.prefill import worth_sharing
+from tinker_emulator.prefix_scoring import Cluster, SharedPrefixes, sharing_plan
+
+# Logits of one micro-batch stay under about this many floats (64 MB in float32; a pass holds a few
+# tensors of that size: the logits, their log-softmax and its gradient), so a 49k-token vocabulary
+# (SmolLM2) trains on long sequences in little memory: a preset=smollm2 run peaked at 3.2-3.4 GB
+# with this bound, 4.6-4.8 GB with 256 MB (the warm-up and 3 RL steps; 2.8-3.1 GB since prefixes
+# are shared across micro-batches: research/experiments/memory_smollm2.py).
+MAX_LOGIT_FLOATS = 1 << 24
+
+
+def micro_batches(lengths: Sequence[int], budget: int) -> Iterator[list[int]]:
+    """Consecutive index groups whose padded length times size stays within ``budget`` positions
+    (a group of one may exceed it)."""
+    group: list[int] = []
+    longest = 0
+    for index, length in enumerate(lengths):
+        if group and max(longest, length) * (len(group) + 1) > budget:
+            yield group
+            group, longest = [], 0
+        group.append(index)
+        longest = max(longest, length)
+    if group:
+        yield group
+
+
+def scored_batches(
+    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, vocab_size: int
+) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
+    """``(rows, logprobs)`` per micro-batch, ``log p(targets[i][t] | inputs[i][: t + 1])`` for each
+    row ``i`` of it (a 2-D ``(N, K)`` target gives ``(N, K)``); every row comes once, not in order.
+    Gradients flow when grad mode is on: the caller runs each micro-batch's backward before asking
+    for the next. Prefixes that rows share run once on models large enough for it to pay
+    (``prefix_scoring.py``), however many micro-batches their rows take; the other rows run plain."""
+    budget = max(1, MAX_LOGIT_FLOATS // vocab_size)
+    clusters = sharing_plan(inputs, targets) if worth_sharing(model) else [Cluster(tuple(range(len(inputs))), 0)]
+    shared = [c for c in clusters if c.shared]
+    # a prefix pass stays alive beside its rows' micro-batches: it takes at most half the budget,
+    # and they what it leaves
+    for part in micro_batches([c.shared for c in shared], budget // 2):
+        prefixes = SharedPrefixes(model, inputs, targets, pad_id, [shared[k] for k in part])
+        for rows in micro_batches(prefixes.own, budget - prefixes.positions):
+            yield [prefixes.rows[j][1] for j in rows], prefixes.logprobs(rows)
+        prefixes.backward()
+    plain = [row for c in clusters if not c.shared for row in c.rows]
+    for part in micro_batches([len(inputs[row]) for row in plain], budget):
+        rows = [plain[j] for j in part]
+        yield rows, _plain_logprobs(model, [inputs[r] for r in rows], [targets[r] for r in rows], pad_id)
+
+
+def _plain_logprobs(
+    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
+) -> list[torch.Tensor]:
+    """``scored_batches``'s logprobs in one forward pass of right-padded rows (under a causal mask, padding
+    after a token never changes it)."""
+    device = model.device
+    lengths = [len(seq) for seq in inputs]
+    width = max(lengths)
+    ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
+    for row, seq in enumerate(inputs):
+        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+    logits = model(input_ids=ids.to(device)).logits.float()
+    if any(target.ndim == 2 for target in targets):  # (N, K): K target tokens per position
+        logprobs = torch.log_softmax(logits, -1)
+        return [
+            logprobs[row, :length].gather(-1, target.reshape(length, -1).to(device)).reshape(target.shape)
+            for row, (length, target) in enumerate(zip(lengths, targets))
+        ]
+    labels = torch.zeros((len(inputs), width), dtype=torch.long)
+    for row, target in enumerate(targets):
+        labels[row, : len(target)] = target
+    nll = F.cross_entropy(logits.transpose(1, 2), labels.to(device), reduction="none")
+    return [-nll[row, :length] for row, length in enumerate(lengths)]
