@@ -9,7 +9,9 @@ growing conversation, so ``ManagedServer`` keeps it as one sequence: its tokens,
 of every token the model did write. Score 1 for a win, 0 otherwise.
 
 Run against any SGLang-style server (``server_type="sglang"``), such as ``python -m gemlab.openai_endpoint``;
-``gemlab.atropos.loop`` trains on what it collects.
+``gemlab.atropos.loop`` trains on what it collects in-process; ``python -m gemlab.atropos`` trains on
+what it posts to atroposlib's ``run-api`` (docs/atropos.md). ``wandb_name`` is the name the
+environment registers under (``run-api`` refuses a registration without one).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class GuessNumberEnv(BaseEnv):
 
     @classmethod
     def config_init(cls) -> tuple[GuessConfig, list[APIServerConfig]]:
-        env = GuessConfig(group_size=4, use_wandb=False, tokenizer_name="NousResearch/DeepHermes-3-Llama-3-3B-Preview")
+        env = GuessConfig(group_size=4, use_wandb=False, wandb_name=cls.name, tokenizer_name="NousResearch/DeepHermes-3-Llama-3-3B-Preview")
         server = APIServerConfig(model_name="NousResearch/DeepHermes-3-Llama-3-3B-Preview", base_url="http://localhost:9001/v1", server_type="sglang")
         return env, [server]
 

@@ -1,0 +1,137 @@
+"""Command line: ``python -m gemlab.atropos [key=value ...]`` (``--help`` lists every key).
+
+Registers with atroposlib's ``run-api`` (``start_api=true`` starts one), serves its weights on an
+OpenAI/SGLang/vLLM-compatible endpoint for the environments, trains on every ``/batch`` until
+``max_steps``, then writes the learning curve next to ``metrics.jsonl``. Bad input is one line
+and exit status 2; Ctrl-C or SIGTERM finishes or rolls back the step in flight, saves a
+checkpoint and prints how to resume (exit 130 or 143).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import sys
+from urllib.parse import urlparse
+
+from gemlab.atropos.api import ApiError, start_api, stop_api
+from gemlab.atropos.config import config_from_argv, help_text
+from gemlab.atropos.trainer import AtroposTrainer
+from gemlab.backend import BackendError, get_service_client, resolve_backend
+from gemlab.run_folder import RunFolder, os_reason
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+async def main_async(argv: list[str]) -> int:
+    try:
+        config = config_from_argv(argv)
+        local = resolve_backend(config.backend) == "local"
+        root = RunFolder(config.log_dir, config.resolved_run_name).local_checkpoints
+        service = get_service_client(config.backend, **({"root": root} if local else {}))
+    except (ValueError, BackendError) as error:
+        say(f"gemlab.atropos: {error}")
+        return 2
+    api_process = None
+    if config.start_api:
+        url = urlparse(config.api_url)
+        try:
+            api_process = await asyncio.to_thread(start_api, url.hostname or "127.0.0.1", url.port or 8000)
+        except ApiError as error:
+            say(f"gemlab.atropos: {error}")
+            return 1
+        say(f"gemlab.atropos: started run-api at {config.api_url} (process {api_process.pid})")
+    trainer = AtroposTrainer(config, service, say=say)
+    resume = "python -m gemlab.atropos " + " ".join(map(shlex.quote, argv))
+    task = asyncio.current_task()
+    stopped: list[str] = []
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, lambda s=signum: (stopped.append(signal.Signals(s).name), task.cancel() if task else None))
+    try:
+        try:
+            await trainer.open()
+        except (ValueError, ApiError) as error:
+            say(f"gemlab.atropos: {error}")
+            return 2 if isinstance(error, ValueError) else 1
+        assert trainer.server is not None
+        tokenizer_dir = getattr(trainer.training_client.get_tokenizer(), "name_or_path", config.model_name)
+        say(f"gemlab.atropos: run folder {trainer.run_dir}, step {trainer.step_index} of {config.max_steps}")
+        say(
+            f"gemlab.atropos: serving {config.served_model_name or config.model_name!r} at {trainer.server.url}; start environments with "
+            f"--env.rollout_server_url {config.api_url} --openai.base_url {trainer.server.url} --openai.server_type sglang "
+            f"--openai.model_name {config.served_model_name or config.model_name} --openai.api_key {config.serve_api_key or "local"} --openai.tokenizer_name {tokenizer_dir} --env.tokenizer_name {tokenizer_dir}"
+        )
+        await trainer.run(on_step=lambda m: say(_line(m)))
+    except asyncio.CancelledError:
+        name = stopped[-1] if stopped else "SIGINT"
+        say(f"gemlab.atropos: {name}: {await _stop(trainer, resume)}")
+        return 143 if name == "SIGTERM" else 130
+    except ApiError as error:
+        say(f"gemlab.atropos: step {trainer.step_index}: {error}; {await _stop(trainer, resume)}")
+        return 1
+    except Exception as error:
+        reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+        say(f"gemlab.atropos: step {trainer.step_index} failed ({reason}); {await _stop(trainer, resume)}")
+        return 1
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        if api_process is not None:
+            stop_api(api_process)
+    await trainer.close()
+    _plots(trainer)
+    return 0
+
+
+def _line(metrics: dict[str, float]) -> str:
+    return (
+        f"step {int(metrics['step'])}: reward {metrics['sampler/episode_return']:.3f}, {int(metrics['sampler/num_episodes'])} sequences, "
+        f"staleness max {metrics['async/staleness_max']:.0f}, refused {int(metrics['atropos/groups_refused'])}, stale {int(metrics['atropos/groups_stale'])}, "
+        f"|logprob gap| {metrics.get('train/logprob_diff_abs', float('nan')):.4f}, {metrics['time/step']:.1f} s"
+    )
+
+
+async def _stop(trainer: AtroposTrainer, resume: str) -> str:
+    """Save a checkpoint if the state is consistent, close, and say how to resume."""
+    last = trainer.folder.checkpoints[-1]["step"] if trainer.folder.checkpoints else 0
+    done = f"stopped in the middle of an update; the checkpoint at step {last} is kept"
+    if trainer.training_client is not None and not trainer.mid_update:
+        try:
+            await asyncio.shield(trainer.save_checkpoint())
+            done = f"stopped after step {trainer.step_index}, checkpoint saved"
+        except Exception as error:
+            done = f"the checkpoint could not be saved ({type(error).__name__}: {error}); the one at step {last} is kept"
+    await trainer.close()
+    return f"{done}; resume with: {resume}"
+
+
+def _plots(trainer: AtroposTrainer) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from gemlab import plots
+
+    name = trainer.run_dir.name
+    plots.save_figure(plots.plot_learning_curve(trainer.run_dir, smoothing=5, title=f"{name}: success rate"), trainer.run_dir / "learning_curve.png")
+    plots.save_figure(plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics"), trainer.run_dir / "diagnostics.png")
+    say(f"gemlab.atropos: done, {len(trainer.history)} steps in {trainer.run_dir}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help", "help") for arg in args):
+        print(help_text())
+        return 0
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the local backend's worker threads may still hold a cancelled sample
