@@ -15,6 +15,9 @@ import chz
 from gemlab.config import BACKENDS, MAX_BATCH_SIZE, Config, _at_least, _one_of, _positive, _run_name, parse_value
 from gemlab.returns import ADVANTAGES
 
+# where run-api and the endpoint live: free to change when a run is resumed
+PLACE_FIELDS = ("api_url", "start_api", "poll_seconds", "batch_timeout", "serve_host", "serve_port", "served_model_name", "serve_api_key")
+
 
 @chz.chz
 class AtroposConfig:

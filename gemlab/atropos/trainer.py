@@ -9,16 +9,20 @@ nothing has changed; once the update is sent, it finishes and is logged before t
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Callable
 
+import chz
+
 from gemlab.atropos.api import ApiClient, wait_for
-from gemlab.atropos.config import AtroposConfig
+from gemlab.atropos.config import PLACE_FIELDS, AtroposConfig
 from gemlab.atropos.groups import Converted, VersionBook, convert
 from gemlab.episodes import RolloutBatch
-from gemlab.run_folder import RunFolder
+from gemlab.config import CONFIG_FILE
 from gemlab.openai_endpoint import BackgroundServer, Limits, SamplerSlot, create_app
 from gemlab.openai_endpoint.guard import allowed_hosts_for
+from gemlab.run_folder import RunFolder, RunFolderError, config_changes, describe_changes
 from gemlab.step import StepResult, train_step
 
 
@@ -108,7 +112,7 @@ class AtroposTrainer:
         """Lock the folder, resume or start the LoRA, serve its weights, register with ``run-api``."""
         self.folder.open()
         try:
-            changes = self.folder.check_config(self.config)  # type: ignore[arg-type]  (any chz config saves alike)
+            changes = self.check_config()
             loaded: list[Any] = []
             self.step_index, self.history = self.folder.resume(lambda path: loaded.append(path))
             if loaded:
@@ -136,6 +140,25 @@ class AtroposTrainer:
         self.api = ApiClient(config.api_url, registration, say=self.say)
         await self.api.register()
         self.sampling = BatchSampling(self.api, self.training_client, slot, book, config, len(tokenizer), clock=self.clock, say=self.say)
+
+    def check_config(self) -> dict[str, list[Any]]:
+        """Compare with the run's saved ``config.json``; refuse a silent change of what is trained
+        (where run-api and the endpoint live may change between restarts)."""
+        path = self.run_dir / CONFIG_FILE
+        if not path.exists():
+            return {}
+        try:
+            saved = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise RunFolderError(f"{path} cannot be read ({type(error).__name__}); repair it or choose another run_name") from None
+        ignored = set(PLACE_FIELDS) | {"max_steps", "log_dir", "run_name", "allow_config_change", "keep_checkpoints"}
+        changes = {k: v for k, v in config_changes(saved, chz.asdict(self.config)).items() if k not in ignored}
+        if changes and not self.config.allow_config_change:
+            raise RunFolderError(
+                f"run {self.run_dir} was started with a different config ({describe_changes(changes)}); to keep both, choose a new "
+                "run_name; to continue this run with the new values, add allow_config_change=true"
+            )
+        return {key: list(pair) for key, pair in changes.items()}
 
     async def step(self) -> dict[str, float]:
         """One step: a batch from ``run-api``, gemlab's update, the new weights served, the row logged."""
