@@ -9,6 +9,7 @@ nothing has changed; once the update is sent, it finishes and is logged before t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any, Callable
@@ -113,11 +114,16 @@ class AtroposTrainer:
         self.folder.open()
         try:
             changes = self.check_config()
-            loaded: list[Any] = []
-            self.step_index, self.history = self.folder.resume(lambda path: loaded.append(path))
-            if loaded:
-                self.training_client = await self.service_client.create_training_client_from_state_with_optimizer(loaded[-1])
-            else:
+            loop = asyncio.get_running_loop()
+
+            async def restore(path: str) -> None:
+                self.training_client = await self.service_client.create_training_client_from_state_with_optimizer(path)
+
+            def load(path: str) -> None:  # on the folder's thread: a checkpoint that cannot load falls back to the one before
+                asyncio.run_coroutine_threadsafe(restore(path), loop).result()
+
+            self.step_index, self.history = await asyncio.to_thread(self.folder.resume, load)
+            if self.training_client is None:
                 self.training_client = await self.service_client.create_lora_training_client(
                     base_model=self.config.model_name, rank=self.config.lora_rank, seed=self.config.seed
                 )
