@@ -100,7 +100,9 @@ async def _stop(trainer: AtroposTrainer, resume: str) -> str:
     """Save a checkpoint if the state is consistent, close, and say how to resume."""
     last = trainer.folder.checkpoints[-1]["step"] if trainer.folder.checkpoints else 0
     done = f"stopped in the middle of an update; the checkpoint at step {last} is kept"
-    if trainer.training_client is not None and not trainer.mid_update:
+    if trainer.step_index == 0 and not trainer.mid_update:
+        done = "stopped before the first step; nothing to save"
+    elif trainer.training_client is not None and not trainer.mid_update:
         try:
             await asyncio.shield(trainer.save_checkpoint())
             done = f"stopped after step {trainer.step_index}, checkpoint saved"

@@ -40,6 +40,21 @@ class ApiClient:
             raise ApiError(f"run-api at {self.url} answered /register without a uuid: {str(answer)[:200]}")
         self.registrations += 1
 
+    async def register_when_up(self, *, poll_seconds: float, timeout: float) -> None:
+        """``register``, waiting up to ``timeout`` seconds for an API that is not up yet (one line)."""
+        deadline = time.monotonic() + timeout
+        said = False
+        while True:
+            try:
+                return await self.register()
+            except ApiError as error:
+                if time.monotonic() > deadline:
+                    raise
+                if not said:
+                    self.say(f"gemlab.atropos: {error}; waiting for it")
+                    said = True
+            await asyncio.sleep(poll_seconds)
+
     async def batch(self) -> list[Any] | None:
         """``GET /batch``: the next batch's scored groups, or None while there is none yet."""
         answer = await self._call("GET", "/batch")

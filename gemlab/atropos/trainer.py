@@ -144,7 +144,7 @@ class AtroposTrainer:
             "starting_step": self.step_index, "num_steps": config.max_steps,
         }
         self.api = ApiClient(config.api_url, registration, say=self.say)
-        await self.api.register()
+        await self.api.register_when_up(poll_seconds=config.poll_seconds, timeout=config.batch_timeout)
         self.sampling = BatchSampling(self.api, self.training_client, slot, book, config, len(tokenizer), clock=self.clock, say=self.say)
 
     def check_config(self) -> dict[str, list[Any]]:
