@@ -74,7 +74,7 @@ async def main_async(argv: list[str]) -> int:
     except ApiError as error:
         say(f"gemlab.atropos: step {trainer.step_index}: {error}; {await _stop(trainer, resume)}")
         return 1
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001  (the sampler, the disk, the backend: keep what is done, say how to go on)
         reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
         say(f"gemlab.atropos: step {trainer.step_index} failed ({reason}); {await _stop(trainer, resume)}")
         return 1
@@ -106,7 +106,7 @@ async def _stop(trainer: AtroposTrainer, resume: str) -> str:
         try:
             await asyncio.shield(trainer.save_checkpoint())
             done = f"stopped after step {trainer.step_index}, checkpoint saved"
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  (the sampler, the disk, the backend: keep what is done, say how to go on)
             done = f"the checkpoint could not be saved ({type(error).__name__}: {error}); the one at step {last} is kept"
     await trainer.close()
     return f"{done}; resume with: {resume}"

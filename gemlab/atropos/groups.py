@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gemlab.episodes import Episode
 from gemlab.atropos.loop import group_episodes, turns
+from gemlab.episodes import Episode
 from gemlab.openai_endpoint.completions import Generation
 from gemlab.openai_endpoint.recorder import Recorder
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import chz
 
 from gemlab.atropos.api import ApiClient, wait_for
 from gemlab.atropos.config import PLACE_FIELDS, AtroposConfig
 from gemlab.atropos.groups import Converted, VersionBook, convert
-from gemlab.episodes import RolloutBatch
 from gemlab.config import CONFIG_FILE
+from gemlab.episodes import RolloutBatch
 from gemlab.openai_endpoint import BackgroundServer, Limits, SamplerSlot, create_app
 from gemlab.openai_endpoint.guard import allowed_hosts_for
 from gemlab.run_folder import RunFolder, RunFolderError, config_changes, describe_changes

@@ -9,7 +9,7 @@ from gemlab.atropos.config import AtroposConfig, config_from_argv
 from gemlab.atropos.groups import Refused, VersionBook, check_group, convert
 from gemlab.openai_endpoint.completions import Choice, Generation
 
-LIMITS = dict(max_sequences=8, max_token_len=16, vocab_size=100)
+LIMITS = {"max_sequences": 8, "max_token_len": 16, "vocab_size": 100}
 
 
 def group(turn_logprobs: list[list[float]], score: list[float] | None = None) -> dict:

@@ -63,7 +63,8 @@ def test_run_api_an_environment_process_and_the_trainer_killed_and_resumed(tmp_p
     started: list[subprocess.Popen] = []
 
     def start(args: list[str], log: str) -> subprocess.Popen:
-        process = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=open(tmp_path / log, "w"), stderr=subprocess.STDOUT)
+        with open(tmp_path / log, "w") as out:  # the child keeps its own copy of the file
+            process = subprocess.Popen(args, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
         started.append(process)
         return process
 
