@@ -212,10 +212,14 @@ class Config:
         validator=_one_of(WARMUP_DATA),
         doc="'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, last integer as \\boxed{N} (any env, no labels)",
     )
-    # a fixed evaluation during the run (gemlab/evaluate.py), logged in the step's metrics as eval/*
+    # a fixed evaluation during the run (gemlab/evaluate.py), logged in the step's metrics as eval/*,
+    # and of the base model and after the warm-up, logged in step 0's row (gemlab/eval_curve.py)
     eval_every: int = chz.field(default=0, validator=_at_least(0), doc="evaluate every N steps, after the step's update (0: never)")
     eval_env_id: str | None = chz.field(default=None, doc="the evaluation's env (a held-out split such as rg:sums-1digit-test); default env_id")
     eval_games: int = chz.field(default=64, validator=_positive, doc="games (or problems) in the fixed evaluation set")
+    eval_base: bool = chz.field(
+        default=True, doc="with eval_every > 0: also evaluate the base model, before the warm-up (SmolLM2 on 64 problems: about a minute on a 2-core CPU)"
+    )
     # where it runs and where it writes
     backend: str = chz.field(default="auto", validator=_one_of(BACKENDS), doc="'auto': Tinker if TINKER_API_KEY is set")
     log_dir: str = "runs"

@@ -6,8 +6,9 @@ each turn's sampling seed is fixed too, so evaluating the same weights twice giv
 result. Independent of the Trainer's rollouts: it plays whole episodes with ``collect_episode``
 on any sampling client, concurrently (the local backend batches them). ``evaluate_trainer`` plays
 them with a Trainer's current weights (a notebook's or a benchmark's before/after); a Trainer with
-``eval_every`` plays them during the run. ``eval_env_id`` can name a held-out split
-(``rg:sums-1digit-test``), so the score is on problems the run never trained on.
+``eval_every`` plays them during the run (``gemlab.eval_curve`` holds the scores it logs).
+``eval_env_id`` can name a held-out split (``rg:sums-1digit-test``), so the score is on problems
+the run never trained on.
 """
 
 from __future__ import annotations
@@ -134,9 +135,3 @@ def evaluate_trainer(trainer: Any, num_games: int | None = None, *, progress: An
         trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress, temperature=temperature
     )
     return trainer.run_on_loop(playing)
-
-
-def eval_metrics(result: EvalResult) -> dict[str, float]:
-    """An evaluation as a metrics row's ``eval/*`` fields: success with its Wilson 95% interval, mean return."""
-    low, high = result.interval95()
-    return {"eval/success": result.success, "eval/success_low": low, "eval/success_high": high, "eval/return": sum(result.returns) / len(result.returns)}

@@ -11,9 +11,12 @@ from typing import Mapping, Sequence, Union
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 import pandas as pd
 
-from gemlab.run_folder import read_metrics
+from gemlab.config import CONFIG_FILE
+from gemlab.eval_curve import Point, eval_points, eval_set_name
+from gemlab.run_folder import read_metrics, saved_config
 
 Run = Union[str, Path, pd.DataFrame]
 
@@ -55,23 +58,69 @@ def plot_learning_curve(
     smoothing: int = 1,
     ax: plt.Axes | None = None,
     title: str | None = None,
+    evaluations: bool = True,
 ) -> plt.Axes:
     """One line per run (a mapping gives them legend labels); faint raw values under smoothed lines,
-    with a legend that tells the two apart."""
+    with a legend that tells the two apart. For the rollouts' success, a run that measured its
+    evaluation set (``eval_every``; unless ``evaluations=False``) also gets that curve, dashed, with
+    its Wilson 95% band: from the base model and after the warm-up at step 0, then after each
+    evaluated step; the rollouts are then labelled as the training problems."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     named = runs if isinstance(runs, Mapping) else {None: runs}
+    evaluated = False
     for index, (label, run) in enumerate(named.items()):
         df = load_metrics(run)
-        smoothed = label if label is not None else (f"moving average over {smoothing} steps" if smoothing > 1 else None)
-        line = ax.plot(df["step"], smooth(df[metric], smoothing), label=smoothed, lw=2)[0]
+        points = eval_points(df) if evaluations and metric == "sampler/success_rate" else []
+        line = ax.plot(df["step"], smooth(df[metric], smoothing), label=_rollout_label(label, smoothing, bool(points)), lw=2)[0]
         if smoothing > 1:
-            raw = "each step (faint)" if index == 0 else None
+            raw = ("training problems, each step (faint)" if points and label is None else "each step (faint)") if index == 0 else None
             ax.plot(df["step"], df[metric], color=line.get_color(), alpha=0.25, lw=1, label=raw)
+        if points:
+            name = _eval_set(run)
+            color = line.get_color() if len(named) > 1 else "tab:orange"
+            _draw_evaluations(ax, points, f"{label}: {name}" if label is not None else name, color, first=not evaluated)
+            evaluated = True
     _label(ax, metric, title, smoothing)
-    if smoothing > 1 or any(label is not None for label in named):
+    if evaluated:  # success rates on one honest scale; the longer legend beside the plot, not over it
+        ax.set_ylim(-0.02, 1.02)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    elif smoothing > 1 or any(label is not None for label in named):
         ax.legend()
     return ax
+
+
+def _rollout_label(label: str | None, smoothing: int, beside_evaluations: bool) -> str | None:
+    """The rollouts' legend entry: the run's name, or what the line is (training problems when an
+    evaluation curve is drawn beside it), or none for one unsmoothed run alone."""
+    if label is not None:
+        return f"{label}: training problems" if beside_evaluations else label
+    parts = (["training problems (rollouts)"] if beside_evaluations else []) + ([f"moving average over {smoothing} steps"] if smoothing > 1 else [])
+    return ", ".join(parts) or None
+
+
+def _eval_set(run: Run) -> str:
+    """What a run's evaluation played, from its saved config (``eval_set_name``); a table alone cannot say."""
+    if isinstance(run, pd.DataFrame):
+        return "fixed evaluation set"
+    folder = Path(run) if Path(run).is_dir() else Path(run).parent  # a run folder or its metrics.jsonl
+    return eval_set_name(saved_config(folder)) if (folder / CONFIG_FILE).is_file() else "fixed evaluation set"
+
+
+def _draw_evaluations(ax: plt.Axes, points: list[Point], name: str, color: str, *, first: bool) -> None:
+    """The evaluation curve at the steps taken before each point, with its 95% band; a base-model
+    point followed by an after-warm-up one (both at step 0) is drawn apart, as a grey square."""
+    warmed_up = any(p.stage == "warmup" for p in points)
+    curve = [p for p in points if p.stage != "base"] if warmed_up else points
+    steps = [p.steps for p in curve]
+    ax.plot(steps, [p.success for p in curve], color=color, ls="--", marker="o", markersize=4, lw=2, label=name)
+    ax.fill_between(steps, [p.low for p in curve], [p.high for p in curve], color=color, alpha=0.15, label="its 95% interval (Wilson)" if first else None)
+    for base in [p for p in points if p.stage == "base"] if warmed_up else []:
+        ax.errorbar(
+            [0], [base.success], yerr=[[base.success - base.low], [base.high - base.success]], fmt="s", color="grey", capsize=4,
+            label="the base model, before the warm-up" if first else None,
+        )  # fmt: skip
 
 
 def plot_seed_bands(
@@ -111,7 +160,7 @@ def plot_diagnostics(run: Run, *, smoothing: int = 1, title: str | None = None) 
     df = load_metrics(run)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     for ax, metric in zip(axes.flat[:3], ("sampler/success_rate", "sampler/episode_return", "sampler/token_entropy")):
-        plot_learning_curve(df, metric, smoothing=smoothing, ax=ax)
+        plot_learning_curve(df, metric, smoothing=smoothing, ax=ax, evaluations=False)
     ax = axes.flat[3]
     estimates = {"train/kl_sample_train_v1": "mean(d), d = sampler - learner logprob", "train/kl_sample_train_v2": "mean(d²)/2"}
     for metric, label in estimates.items():

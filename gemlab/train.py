@@ -3,7 +3,9 @@
 Trains to ``max_steps`` (resuming if the run folder has a checkpoint), then writes the run's
 learning curve and diagnostics as PNGs next to its ``metrics.jsonl``. Bad input is one line and
 exit status 2; Ctrl-C or SIGTERM finishes or rolls back the step in flight, saves a checkpoint
-and prints how to resume (exit 130 or 143).
+and prints how to resume (exit 130 or 143). A run with ``eval_every`` > 0 prints each score on its
+evaluation set as a line with its 95% interval (the base model, after the warm-up, every
+``eval_every`` steps), and the whole curve on one line at the end.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import chz
 import matplotlib
 
 from gemlab.backend import BackendError
 from gemlab.config import config_from_argv, help_text
+from gemlab.eval_curve import describe, eval_points, eval_set_name
 from gemlab.run_folder import os_reason
 from gemlab.trainer import Interrupted, Trainer, TrainingDiverged
 
@@ -125,19 +129,23 @@ def _plots(trainer: Trainer) -> int:
     diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)")
     plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
     loss = None if config.loss_fn == "importance_sampling" else config.loss_fn
+    points = eval_points(trainer.history)
+    if points:
+        print(describe(eval_set_name(chz.asdict(config)), points))
     print(f"done: {summary(trainer.history, loss=loss)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
     return 0
 
 
 def summary(history: list[dict[str, float]], window: int = 10, loss: str | None = None) -> str:
-    """First-vs-last success of a run: the means over its first and last ``window`` steps (fewer in a
-    short run), which one noisy step cannot swing; ``loss`` names a loss other than GEM's importance sampling."""
+    """First-vs-last success of a run's rollouts (its training problems): the means over its first and
+    last ``window`` steps (fewer in a short run), which one noisy step cannot swing; ``loss`` names a
+    loss other than GEM's importance sampling."""
     success = [row["sampler/success_rate"] for row in history]
     n = max(1, min(window, len(success) // 2))
     first, last = sum(success[:n]) / n, sum(success[-n:]) / n
     steps = "step" if n == 1 else f"{n} steps"
     with_loss = f" with the {loss} loss" if loss else ""
-    return f"{len(success)} steps{with_loss}, success rate {first:.2f} over the first {steps} -> {last:.2f} over the last {steps}"
+    return f"{len(success)} steps{with_loss}, rollout success on training problems {first:.2f} over the first {steps} -> {last:.2f} over the last {steps}"
 
 
 def _contents(run_dir: Path) -> list[str]:

@@ -12,7 +12,9 @@ a run needs around it:
   rolls it back, one during the update lets it finish), so weights, optimizer, metrics and step
   counter always agree; resume starts from the newest intact checkpoint;
 - **a fixed evaluation during the run** (``eval_every``): the held-out set of ``eval_env_id``,
-  played after the step's update and logged in that step's row as ``eval/*``;
+  played after the step's update and logged in that step's row as ``eval/*``; a run the Trainer
+  starts itself is also measured on the base model (``eval_base``) and after the warm-up, logged
+  in step 0's row (``gemlab.eval_curve``); with ``progress`` each score is printed as a line;
 - **an event loop of its own** on a daemon thread: ``step()`` and ``run()`` work in scripts and in
   Jupyter alike, and ``await trainer.astep()`` works from any other loop (the step still runs on
   the Trainer's, where its clients and queues live).
@@ -40,7 +42,8 @@ from gemlab.backend import get_service_client, resolve_backend, served_models
 from gemlab.config import Config
 from gemlab.envs import check_env_id, make_envs, wrapper_names
 from gemlab.episodes import RolloutBatch, Transition
-from gemlab.evaluate import eval_metrics, evaluate_client
+from gemlab.eval_curve import STAGES, Point, eval_metrics, eval_set_name, point_label
+from gemlab.evaluate import EvalResult, evaluate_client
 from gemlab.metrics import DROP_RATE_WARNING
 from gemlab.run_folder import RunFolder
 from gemlab.sampling_ahead import AheadSampler
@@ -169,6 +172,9 @@ class Trainer:
         self.history: list[dict[str, float]] = []
         self.last_batch: RolloutBatch | None = None
         self._warmed_up = False
+        self._warmed_up_by_caller = False  # ``warmup()`` called: the start is the caller's to measure
+        self._start_evals: dict[str, dict[str, float]] = {}  # stage -> its eval/<stage>_* fields, until step 0's row is logged
+        self._eval_name = eval_set_name(chz.asdict(config))
         self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self._stop_requested = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
@@ -233,8 +239,8 @@ class Trainer:
         self._check_usable()
         step = self.step_index
         try:
-            if step == 0 and self.config.warmup_steps > 0 and not self.history and not self._warmed_up:
-                await self._warmup()
+            if step == 0 and not self.history:
+                await self._start()
             result = await train_step(
                 self.training_client, self.sampler, self.config, step, clock=self._clock, on_update=self._update_sent, record=self._record
             )
@@ -261,6 +267,9 @@ class Trainer:
                 f"({batch.errors[0]}); the episode metrics lean towards short games",
                 stacklevel=2,
             )
+        if self.step_index == 0:
+            for fields in self._start_evals.values():
+                result.metrics.update(fields)
         if self.config.eval_every > 0 and (self.step_index + 1) % self.config.eval_every == 0:  # the weights after this step
             result.metrics.update(await self._evaluate())
         self.step_index += 1
@@ -285,7 +294,7 @@ class Trainer:
         with bar:  # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle
             while self.step_index < last and not self._stop_requested:
                 metrics = self.step()
-                bar.set_postfix(success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
+                bar.set_postfix(train_success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
                 bar.update(1)
         self._loop.run(self.sampler.close())
         self.save_checkpoint()
@@ -341,11 +350,26 @@ class Trainer:
     def warmup(self, progress: Any = None) -> list[float]:
         """Run the SFT warm-up now (e.g. to evaluate the model after it) instead of at the first step;
         returns its mean loss per answer token at each step. ``progress``: a tqdm bar to advance by
-        one a step (a notebook's text bar); by default the Trainer's own bar when ``progress=True``."""
+        one a step (a notebook's text bar); by default the Trainer's own bar when ``progress=True``.
+        A warm-up run this way is the caller's to measure: ``evaluate_start("base")`` before it and
+        ``evaluate_start("warmup")`` after it log what the Trainer's own start would."""
         self._check_usable()
         if self.history or self._warmed_up:
             raise RuntimeError("the warm-up runs once, before the first step; this run is past it")
+        self._warmed_up_by_caller = True
         return self._loop.run(self._warmup(progress))
+
+    def evaluate_start(self, stage: str) -> EvalResult:
+        """Play the evaluation set with the current weights as the run's ``stage`` point: ``"base"``
+        (before the warm-up) or ``"warmup"`` (after it); logged in step 0's metrics row
+        (``eval/<stage>_*``) and printed when the Trainer shows progress. A run the Trainer starts
+        itself measures both on its own (``eval_every`` > 0); call this around your own ``warmup()``."""
+        self._check_usable()
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(map(repr, STAGES))}; got {stage!r}")
+        if self.history:
+            raise RuntimeError("the start is logged in step 0's row; this run is past it")
+        return self._loop.run(self._evaluate_start(stage))
 
     async def _warmup(self, progress: Any = None) -> list[float]:
         self._warmed_up = True
@@ -354,16 +378,52 @@ class Trainer:
         self.folder.log_warmup(losses)
         return losses
 
+    async def _start(self) -> None:
+        """The start of a run the Trainer begins itself, before its first step: with ``eval_every``
+        > 0 the evaluation set is played by the base model (``eval_base``), then the warm-up runs
+        (``warmup_steps`` > 0) and the set is played again. Each once: a first step tried again
+        after an interrupt skips what is done. A failed evaluation is a warning, never a lost run."""
+        measure = self.config.eval_every > 0 and not self._warmed_up_by_caller
+        if measure and self.config.eval_base and not self._warmed_up and "base" not in self._start_evals:
+            await self._evaluate_start_or_warn("base")
+        if self.config.warmup_steps > 0 and not self._warmed_up:
+            await self._warmup()
+        if measure and self._warmed_up and "warmup" not in self._start_evals:
+            await self._evaluate_start_or_warn("warmup")
+
+    async def _evaluate_start_or_warn(self, stage: str) -> None:
+        try:
+            await self._evaluate_start(stage)
+        except Exception as error:  # an env or sampler error in the evaluation must not cost the run
+            warnings.warn(f"the {STAGES[stage]} evaluation failed ({error!r}); step 0 is logged without eval/{stage}_*", stacklevel=2)
+
+    async def _evaluate_start(self, stage: str) -> EvalResult:
+        start = time.time()
+        result = await self._play_evaluation(stage, 0)
+        self._start_evals[stage] = {**eval_metrics(result, stage), f"time/eval_{stage}": time.time() - start}
+        return result
+
     async def _evaluate(self) -> dict[str, float]:
         """``eval/*`` of the current weights on the config's evaluation set; a failed evaluation is
         a warning, never a lost step (the step's row is logged without it)."""
         start = time.time()
         try:
-            metrics = eval_metrics(await evaluate_client(self.training_client, self.tokenizer, self.template, self.config))
+            result = await self._play_evaluation("step", self.step_index + 1)
         except Exception as error:  # an env or sampler error in the evaluation must not cost the update
             warnings.warn(f"step {self.step_index}: the evaluation failed ({error!r}); the step is logged without eval/*", stacklevel=2)
             return {}
-        return {**metrics, "time/eval": time.time() - start}
+        return {**eval_metrics(result), "time/eval": time.time() - start}
+
+    async def _play_evaluation(self, stage: str, steps: int) -> EvalResult:
+        """The evaluation set played with the current weights (``steps`` taken), under a bar of its
+        own and then printed as one line when the Trainer shows progress."""
+        label = f"evaluation: {point_label(stage, steps)}"
+        bar = tqdm(total=self.config.eval_games, desc=label, unit="episode", leave=False, disable=not self.progress, file=sys.stdout)
+        with bar:
+            result = await evaluate_client(self.training_client, self.tokenizer, self.template, self.config, progress=bar)
+        if self.progress:
+            tqdm.write(f"{self._eval_name}: {Point.of(result, stage, steps).describe()}", file=sys.stdout)
+        return result
 
     async def _save_checkpoint(self) -> str:
         if self.checkpoints and self.checkpoints[-1]["step"] == self.step_index:

@@ -119,16 +119,16 @@ def test_summary_compares_the_means_of_the_first_and_last_ten_steps() -> None:
     from gemlab.train import summary
 
     history = [{"sampler/success_rate": value} for value in [0.0] * 10 + [0.5] * 5 + [1.0] * 10]
-    assert summary(history) == "25 steps, success rate 0.00 over the first 10 steps -> 1.00 over the last 10 steps"
+    assert summary(history) == "25 steps, rollout success on training problems 0.00 over the first 10 steps -> 1.00 over the last 10 steps"
     short = [{"sampler/success_rate": value} for value in (0.2, 0.4, 0.9)]
-    assert summary(short) == "3 steps, success rate 0.20 over the first step -> 0.90 over the last step"
+    assert summary(short) == "3 steps, rollout success on training problems 0.20 over the first step -> 0.90 over the last step"
 
 
 def test_last_line_names_every_file_the_run_wrote(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     assert main(["preset=laptop", "max_steps=2", "batch_size=16", "num_env=4", f"log_dir={tmp_path}", "run_name=r"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert last.startswith("done: 2 steps, success rate ")
+    assert last.startswith("done: 2 steps, rollout success on training problems ")
     written = [p.name for p in (tmp_path / "r").iterdir() if not p.name.startswith(".")]
     assert {"diagnostics.png", "learning_curve.png", "metrics.jsonl", "config.json"} <= set(written)
     for name in written:

@@ -86,7 +86,7 @@ def test_a_trainer_evaluates_every_n_steps_on_its_evaluation_env(tmp_path):
     with Trainer(config, progress=False) as trainer:
         first, second = trainer.step(), trainer.step()
         direct = evaluate_trainer(trainer)  # the same weights, the same games
-    assert not any(key.startswith("eval/") for key in first)
+    assert "eval/success" not in first and "eval/base_success" in first  # step 1 is not due; the base was scored before it
     assert second["eval/return"] == sum(direct.returns) / 6 and second["eval/success"] == direct.success
     assert second["eval/success_low"] <= second["eval/success"] <= second["eval/success_high"] and second["time/eval"] > 0
     assert all("between 1 and 20" in e.transitions[0].observation for e in direct.episodes)
@@ -110,9 +110,10 @@ def test_a_failed_evaluation_is_a_warning_and_the_step_is_kept(tmp_path, monkeyp
     monkeypatch.setattr(gemlab.trainer, "evaluate_client", broken)
     config = make_config("laptop", log_dir=str(tmp_path), run_name="broken", eval_every=1, max_steps=1, num_env=4, batch_size=8)
     with Trainer(config, progress=False) as trainer:
-        with pytest.warns(UserWarning, match="the evaluation failed.*sampler gone"):
+        with pytest.warns(UserWarning, match="the evaluation failed.*sampler gone") as caught:
             metrics = trainer.step()
-        assert trainer.step_index == 1 and trainer.consistent and "eval/success" not in metrics
+        assert any(str(w.message).startswith("the base evaluation failed") for w in caught)  # the start's, before step 0
+        assert trainer.step_index == 1 and trainer.consistent and not any(key.startswith("eval/") for key in metrics)
     assert (tmp_path / "broken" / "metrics.jsonl").read_text().count("\n") == 1
 
 
