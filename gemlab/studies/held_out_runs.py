@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from gemlab.eval_curve import eval_points
 from gemlab.plots import t_half_width
 from gemlab.run_folder import read_run
 
@@ -25,9 +26,7 @@ def held_out_curve(folder: Path) -> tuple[dict[str, Any], list[Point]]:
     record = json.loads((folder / "eval.json").read_text())
     low, high = record["warmup"]["interval95"]
     points = [(0, record["warmup"]["success"], low, high)]
-    metrics = read_run(folder).metrics
-    for _, row in metrics.dropna(subset=["eval/success"]).iterrows() if "eval/success" in metrics else ():
-        points.append((int(row["step"]) + 1, row["eval/success"], row["eval/success_low"], row["eval/success_high"]))
+    points += [(p.steps, p.success, p.low, p.high) for p in eval_points(read_run(folder).metrics) if p.stage == "step"]
     if "final" in record:
         final = record["final"]
         points.append((final["step"], final["eval/success"], final["eval/success_low"], final["eval/success_high"]))

@@ -6,8 +6,9 @@ and during RL, per seed, with each run's config and metrics recorded (no checkpo
     GEMLAB_THREADS=1 python research/experiments/smollm2_learning.py --seeds 0 1 2 3 4 5 --minutes 12 --out data/smollm2-times env_id=rg:times-1digit-train eval_env_id=rg:times-1digit-test max_steps=100
 
 Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it) evaluated on the
-fixed held-out set (``eval_env_id``, ``eval_games``) before anything, after ``Trainer.warmup()``,
-and every ``eval_every`` RL steps by the Trainer itself (``eval/*`` in ``metrics.jsonl``), until
+fixed held-out set (``eval_env_id``, ``eval_games``) before anything and after ``Trainer.warmup()``
+(``Trainer.evaluate_start``: also in step 0's row of ``metrics.jsonl``), and every ``eval_every`` RL
+steps by the Trainer itself (``eval/*`` in ``metrics.jsonl``), until
 ``max_steps`` or ``--minutes`` of wall time (loading and warm-up included) run out; the last step
 is always evaluated. These are sampled at the run's temperature, as in training; after the warm-up
 and at the end the same problems are also answered greedily (temperature 0; per problem its question,
@@ -30,7 +31,8 @@ import numpy as np
 
 from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name, device_name
-from gemlab.evaluate import eval_metrics, evaluate_trainer
+from gemlab.eval_curve import eval_metrics
+from gemlab.evaluate import EvalResult, evaluate_trainer
 from gemlab.run_folder import export_run, read_run
 from gemlab.studies.held_out_runs import mean_interval, recorded_seeds
 from gemlab.trainer import Trainer
@@ -43,8 +45,7 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     trainer = Trainer(config, progress=False)
     record: dict = {"seed": seed, "cpu": cpu_name(), "device": device_name(), "threads": os.environ.get("GEMLAB_THREADS", "default"), "load": os.getloadavg()[0]}
 
-    def log(stage: str, temperature: float | None = None) -> None:
-        result = evaluate_trainer(trainer, temperature=temperature)
+    def log(stage: str, result: EvalResult) -> None:
         record[stage] = {**result.to_dict(), "wall_s": time.time() - start, "step": trainer.step_index}
         if stage == "final_greedy":  # what it answers, to read where it fails
             record[stage]["answers"] = [  # [first observation, the turns' actions joined by " | ", return]
@@ -54,10 +55,10 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
         print(f"seed {seed} {stage:7} held-out {result.success:.3f} [{low:.2f}, {high:.2f}] wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
 
     if not args.no_base:  # the base is the same for every seed (LoRA's B starts at zero)
-        log("base")
+        log("base", trainer.evaluate_start("base"))
     trainer.warmup()
-    log("warmup")
-    log("warmup_greedy", temperature=0.0)
+    log("warmup", trainer.evaluate_start("warmup"))  # both also in step 0's metrics row, as a CLI run logs them
+    log("warmup_greedy", evaluate_trainer(trainer, temperature=0.0))
     while trainer.step_index < config.max_steps and time.time() - start < args.minutes * 60:
         metrics = trainer.step()
         held = f" held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
@@ -66,7 +67,7 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
               f"wall {time.time() - start:5.0f} s load {os.getloadavg()[0]:.1f}", flush=True)
     if not trainer.history or "eval/success" not in trainer.history[-1]:  # the budget ended between evaluations
         record["final"] = {**eval_metrics(evaluate_trainer(trainer)), "step": trainer.step_index}
-    log("final_greedy", temperature=0.0)  # the same problems answered greedily (temperature 0)
+    log("final_greedy", evaluate_trainer(trainer, temperature=0.0))  # the same problems answered greedily (temperature 0)
     record["wall_s"] = time.time() - start
     record["load_end"] = os.getloadavg()[0]
     record["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
