@@ -102,16 +102,15 @@ def test_a_warm_up_of_your_own_is_yours_to_score(tmp_path, monkeypatch):
     calls = count_evaluations(monkeypatch)
     config = make_config("laptop", log_dir=str(tmp_path), eval_every=1, eval_games=2, warmup_steps=1, max_steps=1, num_env=4, batch_size=8)
     with Trainer(config, progress=False) as trainer:
-        trainer.warmup()
-        assert calls == []  # no base scored behind the caller's back: the warm-up was theirs
-        result = trainer.evaluate_start("warmup")
+        result = trainer.evaluate_start("base")
+        trainer.warmup()  # scored after it by the caller, or not at all: never a second time behind its back
         with pytest.raises(ValueError, match="stage must be one of 'base', 'warmup'; got 'later'"):
             trainer.evaluate_start("later")
         row = trainer.step()
         with pytest.raises(RuntimeError, match="past it"):
             trainer.evaluate_start("base")
-    assert len(calls) == 2  # the caller's, then step 1's
-    assert row["eval/warmup_success"] == result.success and "eval/base_success" not in row
+    assert len(calls) == 2  # the caller's base, then step 1's
+    assert row["eval/base_success"] == result.success and "eval/warmup_success" not in row
 
 
 def test_points_read_from_a_table_skip_missing_cells_and_describe_as_one_line():
