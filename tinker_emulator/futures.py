@@ -49,7 +49,12 @@ ROLES = (TRAINING, SAMPLING)
 # the lane that work submitted from this context joins (None: the one lane of a plain process)
 LANE: contextvars.ContextVar[Hashable] = contextvars.ContextVar("gemlab_local_lane", default=None)
 _BARRIER = object()  # an inbox entry of ``drain``
+_CANCEL = object()  # an inbox entry of ``cancel_queued``
 _CALLERS = object()  # ``Worker.submit``'s default lane: the caller's ``LANE``
+
+
+def _nothing() -> None:
+    """The job of a ``drain`` barrier."""
 
 
 @contextlib.contextmanager
@@ -112,8 +117,13 @@ class Worker:
         """Block until every job queued so far, in every lane, has finished."""
         if self._thread.is_alive() and not self.on_worker_thread():
             done: Future[None] = Future()
-            self._inbox.put((_BARRIER, lambda: None, done))
+            self._inbox.put((_BARRIER, _nothing, done))
             done.result()
+
+    def cancel_queued(self) -> None:
+        """Cancel every job queued so far and not yet started (a server shutting down): their
+        futures fail as cancelled; the job running now finishes."""
+        self._inbox.put((_CANCEL, _nothing, Future()))
 
     def stop(self) -> None:
         """Finish the queued jobs, then end the thread (at interpreter exit). Jobs submitted later,
@@ -154,6 +164,13 @@ class Worker:
                 self._stopping = True
                 continue
             lane, fn, future = item
+            if lane is _CANCEL:
+                for *_, queued_fn, queued_future in self._queued:
+                    if queued_fn is not _nothing:  # a ``drain`` waiting is kept
+                        queued_future.cancel()
+                self._queued = [entry for entry in self._queued if entry[2] is _nothing]
+                heapq.heapify(self._queued)
+                continue
             if lane is _BARRIER:  # after every job queued so far
                 job_round = max(self._last_round.values(), default=self._round) + 1
             else:
@@ -193,6 +210,12 @@ def worker_busy(role: str) -> bool:
     """Whether ``role``'s worker has work running or waiting (``False`` before it exists)."""
     worker = _workers.get(role)
     return worker is not None and worker.busy
+
+
+def cancel_queued_work() -> None:
+    """Cancel every job queued on every worker and not yet started (the running ones finish)."""
+    for worker in tuple(_workers.values()):
+        worker.cancel_queued()
 
 
 def on_a_worker_thread() -> bool:

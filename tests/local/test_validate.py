@@ -282,14 +282,14 @@ def test_healthz_answers_while_a_forward_backward_body_is_decoded(tmp_path: Path
     on the loop, nothing answers until the hold times out."""
     decoding, answered = threading.Event(), threading.Event()
     held: list[bool] = []
-    decode = wire.decode_forward_backward
+    decode = wire.read_forward_backward
 
     def held_decode(*args: Any, **kwargs: Any) -> Any:
         decoding.set()
         held.append(answered.wait(timeout=10))  # True: released because /healthz answered meanwhile
         return decode(*args, **kwargs)
 
-    monkeypatch.setattr(wire, "decode_forward_backward", held_decode)
+    monkeypatch.setattr(wire, "read_forward_backward", held_decode)
     app = make_app(tmp_path, [KEY])
 
     async def scenario() -> tuple[int, int]:

@@ -10,7 +10,6 @@ import tracemalloc
 import numpy as np
 import pytest
 import torch
-import zstandard
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.request_conv import forward_backward_request_to_proto
@@ -64,13 +63,6 @@ def test_what_the_sdk_encodes_decodes_to_the_same_datums_sparse_included() -> No
     assert decoded.data[0].model_input.to_ints() == [5, 6, 7, 8]
     assert decoded.data[0].loss_fn_inputs["target_tokens"].tolist() == [6, 7, 8, 9]
     assert torch.equal(decoded.data[0].loss_fn_inputs["weights"].to_torch(), weights)
-
-
-def test_a_corrupt_zstd_body_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="not valid zstd"):
-        wire.decompress(b"\x28\xb5\x2f\xfd" + b"garbage" * 10, "zstd", 2**20)
-    body = request(pb.Tensor(dense=np.ones(6, np.float32).tobytes(), dtype=pb.DTYPE_FLOAT32, shape=[6]))
-    assert wire.decompress(zstandard.ZstdCompressor().compress(body), "zstd", 2**20) == body
 
 
 def test_a_sparse_tensor_declaring_hundreds_of_millions_of_elements_is_refused_before_allocation() -> None:

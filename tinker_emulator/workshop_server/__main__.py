@@ -23,15 +23,19 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
 
+from tinker_emulator import asgi_limits
 from tinker_emulator.workshop_server.registry import Quotas
 from tinker_emulator.workshop_server.state import Limits
 
 DEFAULT_DATA = Path.home() / ".cache" / "gemlab" / "tinker-server"
+SHUTDOWN_GRACE_S = 1.0  # after a stop, how long open requests (long polls included) may still run
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,6 +49,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=Limits.max_tokens, help="largest max_tokens a sample may ask")
     parser.add_argument("--max-body-mb", type=float, default=Limits.max_body / 2**20, help="largest request body")
     parser.add_argument("--max-queue", type=int, default=Limits.max_pending, help="requests queued before 'busy'")
+    parser.add_argument(
+        "--max-train-tokens", type=int, default=Limits.max_train_tokens, help="tokens of one forward_backward's datums (400 beyond)"
+    )
+    parser.add_argument(
+        "--max-sample-tokens",
+        type=int,
+        default=Limits.max_sample_tokens,
+        help="num_samples x (prompt + max_tokens) of one sample request (400 beyond)",
+    )
+    parser.add_argument(
+        "--unit-tokens", type=int, default=Limits.unit_tokens, help="tokens of a forward_backward run as one turn of the training worker"
+    )
+    parser.add_argument("--max-header-kb", type=float, default=asgi_limits.MAX_HEAD / 1024, help="largest request head (431 beyond)")
     quotas = parser.add_argument_group("per key (one attendee)")
     quotas.add_argument("--models-per-key", type=int, default=Quotas.models, help="training runs open at once (403 beyond)")
     quotas.add_argument(
@@ -83,15 +100,17 @@ def serve(args: argparse.Namespace) -> None:
     import uvicorn
 
     from tinker_emulator.workshop_server.app import make_app
-    from tinker_emulator.workshop_server.connections import head_deadline_protocol
+    from tinker_emulator.workshop_server.errors import error_body
     from tinker_emulator.workshop_server.keys import load_or_create
 
     sizes = (args.keys, args.max_tokens, args.max_queue, args.models_per_key, args.samplers_per_key, args.queue_per_key, args.results_per_key)
-    times = (args.max_body_mb, args.held_mb_per_key, args.result_ttl, args.read_timeout)
+    sizes += (args.max_train_tokens, args.max_sample_tokens, args.unit_tokens)
+    times = (args.max_body_mb, args.held_mb_per_key, args.result_ttl, args.read_timeout, args.max_header_kb)
     if min(sizes) < 1 or min(times) <= 0:
         sys.exit(
             "--keys, --max-tokens, --max-queue, --models-per-key, --samplers-per-key, --queue-per-key, --results-per-key, "
-            "--max-body-mb, --held-mb-per-key, --result-ttl and --read-timeout must be positive"
+            "--max-train-tokens, --max-sample-tokens, --unit-tokens, --max-body-mb, --held-mb-per-key, --result-ttl, "
+            "--read-timeout and --max-header-kb must be positive"
         )
     try:
         loopback = ipaddress.ip_address(args.host).is_loopback
@@ -104,6 +123,9 @@ def serve(args: argparse.Namespace) -> None:
     limits = Limits(
         max_body=int(args.max_body_mb * 2**20),
         max_tokens=args.max_tokens,
+        max_train_tokens=args.max_train_tokens,
+        max_sample_tokens=args.max_sample_tokens,
+        unit_tokens=args.unit_tokens,
         max_pending=args.max_queue,
         max_pending_per_session=min(Limits.max_pending_per_session, args.max_queue),
         body_timeout_s=args.read_timeout,
@@ -129,8 +151,26 @@ def serve(args: argparse.Namespace) -> None:
     for key in keys[: args.keys]:
         print(f"export TINKER_API_KEY={key}", flush=True)
     logging.basicConfig(level=logging.WARNING)
-    protocol = head_deadline_protocol(args.read_timeout)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, http=protocol)).run(sockets=[sock])
+    max_head = int(args.max_header_kb * 1024)
+    too_large = json.dumps(error_body(f"the request's head is over the server's limit of {max_head} bytes (its --max-header-kb)"))
+    limited = asgi_limits.uvicorn_options(args.read_timeout, max_head, too_large.encode())
+    config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, timeout_graceful_shutdown=SHUTDOWN_GRACE_S, **limited)
+    uvicorn.Server(config).run(sockets=[sock])
+    stop_work()
+
+
+def stop_work() -> None:
+    """After a stop (SIGTERM, Ctrl-C) has closed the server: cancel the work still queued, let the
+    training worker finish the unit it runs (a save finishes whole or never starts: nothing is
+    half-written), then exit at once, without waiting for a sampling batch nobody will fetch."""
+    from tinker_emulator.futures import TRAINING, cancel_queued_work, get_worker
+
+    cancel_queued_work()
+    get_worker(TRAINING).drain()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from tinker import TinkerError
 
+from tinker_emulator.asgi_limits import TooLarge
 from tinker_emulator.checkpoints import DiskFull
 from tinker_emulator.workshop_server.paths import CheckpointNotFound
 from tinker_emulator.workshop_server.registry import Busy, NotFound, QuotaExceeded
@@ -23,10 +24,6 @@ from tinker_emulator.workshop_server.registry import Busy, NotFound, QuotaExceed
 
 class Unauthorized(Exception):
     """No key, or one this server did not make."""
-
-
-class TooLarge(ValueError):
-    """A request body over the server's limit."""
 
 
 class TooSlow(Exception):

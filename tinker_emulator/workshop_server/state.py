@@ -21,6 +21,13 @@ class Limits:
     max_body: int = 64 * 1024 * 1024
     max_tokens: int = 4096
     max_samples: int = 64
+    # the work one request may ask for, in tokens: a forward_backward's datums (gem's preset: 128
+    # transitions within a 2,048-token context), a sample request's num_samples x (prompt + max_tokens)
+    max_train_tokens: int = 262_144
+    max_sample_tokens: int = 131_072
+    # tokens of a forward_backward run as one job on the training worker (about 1 s on 2 cores
+    # for gemlab/tiny-chat): what another key's request waits for at most per key ahead of it
+    unit_tokens: int = 4096
     max_pending: int = 256
     max_pending_per_session: int = 64
     # a body must have arrived this long after its request began (64 MiB at ~1 MiB/s); else 408

@@ -89,13 +89,16 @@ def finite_config(config: Mapping[str, float | str] | None) -> Mapping[str, floa
     return config
 
 
-def tensor(msg: pb.Tensor, where: str, rows: int) -> int:
+def tensor(msg: pb.Tensor, where: str, rows: int, key: str = "") -> int:
     """The elements protobuf tensor ``msg`` holds once dense, checked before any is allocated: its
     shape is ``[rows]`` or ``[rows, K]`` (``rows``: its datum's tokens), dense data fills exactly
-    that shape, and sparse CSR indices are well formed and inside it."""
+    that shape, and sparse CSR indices are well formed and inside it. ``target_tokens`` (``key``)
+    are token ids: an integer dtype."""
     itemsize = _ITEMSIZE.get(msg.dtype)
     if itemsize is None:
         raise ValueError(f"{where}: dtype {msg.dtype} is not a tensor dtype (float32, int64, int32, bfloat16)")
+    if key == "target_tokens" and msg.dtype not in (pb.DTYPE_INT64, pb.DTYPE_INT32):
+        raise ValueError(f"{where} holds floats; target_tokens are token ids (int64 or int32)")
     sparse = msg.WhichOneof("encoding") == "sparse_csr"
     shape = list(msg.shape) or ([] if sparse else [len(msg.dense) // itemsize])
     if not 1 <= len(shape) <= 2 or shape[0] != rows or min(shape) < 1:
@@ -136,23 +139,31 @@ def elements(total: int, limit: int) -> None:
         )
 
 
+def request_tokens(total: int, limit: int | None, what: str, flag: str) -> None:
+    """``ValueError`` when one ``what`` request carries more than ``limit`` tokens (the server's
+    bound on one request's work, set by ``flag``)."""
+    if limit is not None and total > limit:
+        raise ValueError(
+            f"this {what} request has {total} tokens; the server takes at most {limit} per request "
+            f"(its {flag}): split it into smaller requests"
+        )
+
+
 def tokens(values: Sequence[int] | np.ndarray, where: str, model: Model) -> None:
     """``values`` no longer than ``model``'s context, each a token id of its vocabulary."""
     if len(values) > model.context_length:
         raise ValueError(f"{where} has {len(values)} tokens; the model's context holds {model.context_length}")
+    vocabulary(values, where, model)
+
+
+def vocabulary(values: Sequence[int] | np.ndarray, where: str, model: Model) -> None:
+    """Each of ``values`` a token id of ``model``'s vocabulary."""
     ids = np.asarray(values, dtype=np.int64)
     outside = ids[(ids < 0) | (ids >= model.vocab_size)]
     if outside.size:
         raise ValueError(
             f"{where} has token ids outside the vocabulary (0..{model.vocab_size - 1}): {outside[:5].tolist()}"
         )
-
-
-def data(batch: list[types.Datum], model: Model) -> list[types.Datum]:
-    """``batch`` if each datum's ``model_input`` fits ``model`` (context and vocabulary)."""
-    for index, datum in enumerate(batch):
-        tokens(datum.model_input.to_ints(), f"data[{index}].model_input", model)
-    return batch
 
 
 def prompt(value: types.ModelInput, model: Model) -> None:

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import zstandard
+from google.protobuf.message import DecodeError
 from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.response_conv import _tensor_data_from_proto
 
+from tinker_emulator import asgi_limits
 from tinker_emulator.workshop_server import validate
 
 PROTOBUF = "application/x-protobuf"
@@ -35,55 +36,67 @@ class ForwardBackward:
     data: list[types.Datum]
 
 
-def read_forward_backward(body: bytes, encoding: str, limit: int) -> ForwardBackward:
-    """A ``/forward_backward`` body as sent (``encoding``: its ``Content-Encoding``), checked against
-    the server's body ``limit`` once decompressed; slow on a large body, so run off the event loop."""
-    return decode_forward_backward(decompress(body, encoding, limit), max_elements=limit // 4)
-
-
-def decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """``body`` as sent (``Content-Encoding: zstd`` undone), at most ``limit`` bytes once decompressed."""
-    if encoding.strip().lower() != "zstd":
-        return body
-    reader = zstandard.ZstdDecompressor().stream_reader(body)
-    try:
-        out = reader.read(limit + 1)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"the body is not valid zstd ({exc})") from None
-    if len(out) > limit:
-        raise ValueError(f"the decompressed request is larger than the server's limit of {limit} bytes")
-    return out
-
-
-def decode_forward_backward(body: bytes, max_elements: int) -> ForwardBackward:
-    """The SDK's protobuf ``ForwardBackwardRequest`` as tinker types; ``ValueError`` on anything else,
-    a tensor's declared shape included (checked before it is decoded: ``validate.tensor``), or when
-    the tensors would hold more than ``max_elements`` once dense."""
+def read_forward_backward(body: bytes, encoding: str, limit: int) -> pb.ForwardBackwardRequest:
+    """A ``/forward_backward`` body as sent (``encoding``: its ``Content-Encoding``), decompressed
+    within the server's body ``limit`` and parsed, its tensors not yet decoded; slow on a large
+    body, so run off the event loop."""
     msg = pb.ForwardBackwardRequest()
     try:
-        msg.ParseFromString(body)
-    except Exception as exc:
+        msg.ParseFromString(asgi_limits.decompress(body, encoding, limit))
+    except DecodeError as exc:
         raise ValueError("the body is not a protobuf ForwardBackwardRequest") from exc
+    validate.name(msg.model_id, "model_id")
+    validate.name(msg.loss_fn, "loss_fn")
+    return msg
+
+
+def decode_forward_backward(
+    body: bytes | pb.ForwardBackwardRequest, max_elements: int, model: validate.Model | None = None, max_tokens: int | None = None
+) -> ForwardBackward:
+    """The SDK's protobuf ``ForwardBackwardRequest`` as tinker types; ``ValueError`` on anything else.
+    Before any tensor is built: each datum's token count against ``model``'s context and all of
+    them against ``max_tokens`` (counted from the bytes sent), every tensor's declared shape
+    (``validate.tensor``) and their elements once dense against ``max_elements``; then each
+    datum's token ids against ``model``'s vocabulary, from a view of the bytes."""
+    if isinstance(body, bytes):
+        msg = pb.ForwardBackwardRequest()
+        try:
+            msg.ParseFromString(body)
+        except DecodeError as exc:
+            raise ValueError("the body is not a protobuf ForwardBackwardRequest") from exc
+    else:
+        msg = body
     config: dict[str, float | str] = {key: float(value) for key, value in msg.loss_fn_config.items()}
     for key, value in msg.loss_fn_config_v2.items():
         config[key] = value.text if value.WhichOneof("value") == "text" else float(value.number)
     validate.name(msg.model_id, "model_id")
     validate.name(msg.loss_fn, "loss_fn")
-    data, total = [], 0
+    counts, total = [], 0
     for index, datum in enumerate(msg.data):
-        chunks = []
+        count = 0
         for chunk in datum.model_input:
             if chunk.WhichOneof("chunk") != "encoded_text":
                 raise ValueError(f"data[{index}]: only text tokens are served here (no images or audio)")
             if len(chunk.encoded_text.tokens) % 4:
                 raise ValueError(f"data[{index}].model_input: tokens are int32, 4 bytes each")
-            chunks.append(types.EncodedTextChunk(tokens=np.frombuffer(chunk.encoded_text.tokens, np.int32).tolist()))
-        rows = sum(len(chunk.tokens) for chunk in chunks)
+            count += len(chunk.encoded_text.tokens) // 4
+        if model is not None and count > model.context_length:
+            raise ValueError(f"data[{index}].model_input has {count} tokens; the model's context holds {model.context_length}")
         for name, tensor in datum.loss_fn_inputs.items():
             validate.name(name, f"data[{index}].loss_fn_inputs key")
-            total += validate.tensor(tensor, f"data[{index}].loss_fn_inputs[{name!r}]", rows)
+            total += validate.tensor(tensor, f"data[{index}].loss_fn_inputs[{name!r}]", count, name)
         validate.elements(total, max_elements)
+        counts.append(count)
+    validate.request_tokens(sum(counts), max_tokens, "forward_backward", "--max-train-tokens")
+    data = []
+    for index, datum in enumerate(msg.data):
+        arrays = [np.frombuffer(chunk.encoded_text.tokens, np.int32) for chunk in datum.model_input]
+        if model is not None:
+            validate.tokens(np.concatenate(arrays) if arrays else np.zeros(0, np.int32), f"data[{index}].model_input", model)
         inputs = {name: _tensor_data_from_proto(tensor) for name, tensor in datum.loss_fn_inputs.items()}
+        if model is not None and "target_tokens" in inputs:
+            validate.vocabulary(inputs["target_tokens"].to_numpy().ravel(), f"data[{index}].loss_fn_inputs['target_tokens']", model)
+        chunks = [types.EncodedTextChunk(tokens=array.tolist()) for array in arrays]
         data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
     return ForwardBackward(
         model_id=msg.model_id,

@@ -4,13 +4,13 @@ run this key made over HTTP."""
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import pydantic
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from tinker_emulator import asgi_limits
 from tinker_emulator.workshop_server import paths, validate
 from tinker_emulator.workshop_server.registry import Registry
 from tinker_emulator.workshop_server.replies import answer, awaited
@@ -88,7 +88,7 @@ async def user_checkpoints(server: ServerDep, tenant: TenantDep, limit: Count = 
 
 @router.post("/weights_info")
 async def weights_info(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
-    body = json.loads(validate.json_body(await request.body()))
+    body = asgi_limits.json_loads(validate.json_body(await request.body()))
     owner = server.registry.tenant(tenant)
     folder = paths.folder(body.get("tinker_path") if isinstance(body, dict) else None, owner.root)
     return answer(await awaited(owner.rest.get_weights_info_by_tinker_path(str(folder))))

@@ -28,12 +28,14 @@ def any_session(registry: Registry, tenant: str) -> Session:
 
 
 def check_request(body: types.SampleRequest, limits: Limits) -> None:
-    """``ValueError`` naming the bound when ``body`` asks for more tokens or samples than ``limits`` allow."""
+    """``ValueError`` naming the bound when ``body`` asks for more tokens, samples or work than ``limits`` allow."""
     max_tokens = body.sampling_params.max_tokens
     if max_tokens is None or not 1 <= max_tokens <= limits.max_tokens:
         raise ValueError(f"sampling_params.max_tokens must be between 1 and {limits.max_tokens}, got {max_tokens}")
     if not 1 <= body.num_samples <= limits.max_samples:
         raise ValueError(f"num_samples must be between 1 and {limits.max_samples}, got {body.num_samples}")
+    work = body.num_samples * (body.prompt.length + max_tokens)
+    validate.request_tokens(work, limits.max_sample_tokens, "sample (num_samples x (prompt + max_tokens))", "--max-sample-tokens")
 
 
 def sampler_of(body: types.SampleRequest, registry: Registry, tenant: str) -> tuple[Sampler, Session]:

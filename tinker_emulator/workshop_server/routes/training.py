@@ -12,7 +12,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from tinker import types
 
-from tinker_emulator.workshop_server import paths, served, validate, wire
+from tinker_emulator.losses import loss_spec
+from tinker_emulator.workshop_server import paths, served, units, validate, wire
 from tinker_emulator.workshop_server.registry import Sampler, Session
 from tinker_emulator.workshop_server.replies import answer, awaited, queued, read, then
 from tinker_emulator.workshop_server.state import Server, ServerDep, TenantDep
@@ -65,16 +66,31 @@ async def get_info(request: Request, server: ServerDep, tenant: TenantDep) -> JS
 
 @router.post("/forward_backward")
 async def forward_backward(request: Request, server: ServerDep, tenant: TenantDep) -> JSONResponse:
-    """Decoded, checked (``validate``) and handed to the backend (which builds its tensors) off the
-    event loop, so a large body never holds up other requests."""
-    raw, encoding = await request.body(), request.headers.get("content-encoding", "")
-    body = await asyncio.to_thread(wire.read_forward_backward, raw, encoding, server.limits.max_body)
-    model, client = server.registry.model(body.model_id, tenant)
+    """Decompressed and parsed, then checked against the run's model and the server's bounds
+    (``validate``) and decoded, all off the event loop, so a large body never holds up other
+    requests; queued as bounded units (``units``), so it never holds up other keys for long."""
+    raw, encoding, limits = await request.body(), request.headers.get("content-encoding", ""), server.limits
+    msg = await asyncio.to_thread(wire.read_forward_backward, raw, encoding, limits.max_body)
+    model, client = server.registry.model(msg.model_id, tenant)
+    body = await asyncio.to_thread(wire.decode_forward_backward, msg, limits.max_body // 4, client, limits.max_train_tokens)
+    del raw, msg
     server.registry.check_room(model.session)  # before the work is queued on the worker
+    loss_inputs(body.data, body.loss_fn)
     run = client.forward if body.forward_only else client.forward_backward
     config = validate.finite_config(body.loss_fn_config)
-    started = await asyncio.to_thread(lambda: run(validate.data(body.data, client), body.loss_fn, config))
-    return queued(server, model.session, awaited(started), wire.encode_forward_backward_output)
+    pieces = units.split(body.data, limits.unit_tokens)
+    started = await asyncio.to_thread(units.submit, pieces, lambda unit: run(unit, body.loss_fn, config).future())
+    return queued(server, model.session, units.gathered(started), wire.encode_forward_backward_output)
+
+
+def loss_inputs(data: list[types.Datum], loss_fn: str) -> None:
+    """``ValueError`` unless every datum carries the inputs ``loss_fn`` needs: checked for the whole
+    request before its first unit is queued."""
+    needed = loss_spec(loss_fn).inputs
+    for index, datum in enumerate(data):
+        missing = [key for key in needed if key not in datum.loss_fn_inputs]
+        if missing:
+            raise ValueError(f"data[{index}].loss_fn_inputs lacks {missing}; this loss needs {list(needed)}")
 
 
 @router.post("/optim_step")
