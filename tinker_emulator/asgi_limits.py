@@ -10,6 +10,8 @@ server (``tinker_emulator.workshop_server``) and the OpenAI endpoint (``gemlab.o
   cap holds whichever parser runs.
 - ``decompress``: a ``zstd`` or ``gzip`` body undone a bounded piece at a time, refused (413) as
   soon as it expands past a cap, never decoded whole first.
+- ``request_target``: the request target as sent, so that an absolute-form URI naming another
+  host can be refused (httptools drops its host before the app sees it).
 - ``json_loads``: ``json.loads`` with nesting refused as a ``ValueError`` (no ``RecursionError``).
 """
 
@@ -28,6 +30,7 @@ MAX_HEAD = 64 * 1024  # bytes of a request line plus headers (nginx's default bu
 PIECE = 1 << 20  # bytes of decompressed output produced at a time
 MAX_JSON_DEPTH = 64  # nested arrays and objects in a JSON body
 _END = b"\r\n\r\n"
+TARGET = "gemlab.request_target"  # the scope key of the request target as sent (httptools)
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a JSON string, or a bracket
 
 
@@ -81,6 +84,10 @@ def limited_protocol(
             self._disarm()
             super().connection_lost(exc)
 
+        def on_url(self, url: bytes) -> None:  # httptools only: keep the target as sent
+            super().on_url(url)
+            self.scope[TARGET] = self.url
+
         def _head_pending(self) -> bool:
             cycle = getattr(self, "cycle", None)
             return cycle is None or cycle.response_complete
@@ -109,6 +116,12 @@ def limited_protocol(
                 self.transport.close()
 
     return Limited
+
+
+def request_target(scope: dict[str, Any]) -> bytes:
+    """The request target as the client sent it (``/path?q``, or ``http://host/path`` in absolute
+    form): httptools keeps only the path in ``raw_path``, so ``limited_protocol`` notes it."""
+    return scope.get(TARGET) or scope.get("raw_path") or b""
 
 
 def uvicorn_options(head_timeout_s: float, max_head: int = MAX_HEAD, too_large_body: bytes = b"") -> dict[str, Any]:

@@ -18,7 +18,10 @@ from typing import Any
 from gemlab.backend import get_service_client
 from gemlab.config import BACKENDS
 from gemlab.openai_endpoint import Recorder, create_app
+from tinker_emulator import asgi_limits
+from gemlab.openai_endpoint.errors import head_too_large
 from gemlab.openai_endpoint.guard import Limits, allowed_hosts_for, is_loopback
+from gemlab.openai_endpoint.server_thread import HEAD_TIMEOUT_S
 
 KEY_VARIABLE = "GEMLAB_SERVE_API_KEY"
 
@@ -80,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     if not is_loopback(args.host):
         print(f"warning: serving beyond loopback on {args.host}; every request needs the API key", file=sys.stderr)
     print(f"serving {name!r} at http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    limited = asgi_limits.uvicorn_options(HEAD_TIMEOUT_S, too_large_body=head_too_large())
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", **limited)
     return 0
 
 

@@ -8,6 +8,7 @@ server speaks the error format its clients parse, so the two shapes stay apart o
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 
@@ -16,9 +17,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from tinker_emulator import asgi_limits
 from gemlab.openai_endpoint.schemas import OpenAIError
 
 log = logging.getLogger("gemlab.openai_endpoint")
+
+
+def head_too_large() -> bytes:
+    """The body of the 431 the server sends, before any app runs, to a request head over
+    ``asgi_limits.MAX_HEAD`` bytes."""
+    message = f"the request's head (request line and headers) is over the limit of {asgi_limits.MAX_HEAD} bytes"
+    return json.dumps(OpenAIError(431, message, code="request_header_fields_too_large").body()).encode()
 
 
 def error_response(method: str, path: str, error: OpenAIError, headers: Mapping[str, str] | None = None) -> JSONResponse:

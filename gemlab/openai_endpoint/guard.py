@@ -8,14 +8,16 @@ before any of the body is read), and at most ``max_concurrent`` sampling request
 the ``gemlab.openai_endpoint`` log (``errors.py``). ``/health`` skips the key and the concurrency bound, so
 a monitor sees a busy server as alive.
 
-``tinker_emulator/workshop_server/guard.py`` is the local Tinker server's door, built the same way (a pure ASGI
-middleware added with ``app.add_middleware``, headers read with Starlette's ``Headers``, refusals
-sent as a Starlette ``JSONResponse``, ``Content-Length`` checked before a byte is read). The two
-cannot be one module: ``tinker_emulator`` may import nothing of gemlab outside itself, and this
-endpoint, which also serves real Tinker samplers, must not import ``tinker_emulator`` (that loads the
-emulator: PyTorch, PEFT, transformers). They differ on purpose where their clients do: Tinker's
-SDK sends one of many keys (one tenant each) as ``X-API-Key`` and long-polls its results, so that
-server bounds queued work rather than requests in flight, and answers in Tinker's error shape.
+Before this door, uvicorn's protocol holds the limits both gemlab servers share
+(``tinker_emulator/asgi_limits.py``): a request head must arrive in time and fit 64 KiB (else 431).
+The ``Host`` check reads the one ``Host`` header (two are refused, as is a port over 65535) and
+the authority of an absolute-form target (``GET http://other.example/ HTTP/1.1``), which
+httptools would otherwise drop unseen.
+
+``tinker_emulator/workshop_server/guard.py`` is the local Tinker server's door, built the same way. They differ
+on purpose where their clients do: Tinker's SDK sends one of many keys (one tenant each) as
+``X-API-Key`` and long-polls its results, so that server bounds queued work rather than requests
+in flight, and answers in Tinker's error shape.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 from starlette.datastructures import Headers
 
+from tinker_emulator import asgi_limits
 from gemlab.openai_endpoint.errors import error_response
 from gemlab.openai_endpoint.schemas import OpenAIError
 
@@ -80,14 +83,32 @@ async def refuse(scope: Scope, receive: Receive, send: Send, error: OpenAIError,
 
 # a Host header (RFC 9110 7.2): a name or IPv4 address, or an IPv6 address in brackets, then an
 # optional port of digits; anything else (``127.0.0.1:evil.example.com``) is no host of ours
-_HOST = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::[0-9]{1,5})?")
+_HOST = re.compile(r"(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?")
 
 
 def _host_name(host_header: str) -> str | None:
     """``example.com:8000`` -> ``example.com``; ``[::1]:8000`` -> ``::1``; ``None`` for a header
-    that is not ``host[:port]``."""
+    that is not ``host[:port]`` with a port in 0..65535."""
     found = _HOST.fullmatch(host_header)
-    return None if found is None else (found["ipv6"] or found["name"])
+    if found is None or (found["port"] is not None and int(found["port"]) > 65535):
+        return None
+    return found["ipv6"] or found["name"]
+
+
+def _hosts_named(scope: Scope, headers: Headers) -> list[str] | None:
+    """The host names the request names: its one ``Host`` header's, and the authority of an
+    absolute-form target (``GET http://other/ HTTP/1.1``); ``None`` when either is malformed,
+    the port out of range, or ``Host`` is missing or sent twice."""
+    sent = headers.getlist("host")
+    name = _host_name(sent[0]) if len(sent) == 1 else None
+    if name is None:
+        return None
+    target = asgi_limits.request_target(scope)
+    if target.startswith(b"/") or target == b"*":
+        return [name]
+    authority = target.partition(b"://")[2].split(b"/", 1)[0].split(b"?", 1)[0].decode("latin-1")
+    other = _host_name(authority)
+    return None if other is None else [name, other]
 
 
 class Guard:
@@ -102,9 +123,10 @@ class Guard:
             return
         limits, headers = self.limits, Headers(scope=scope)
         host = headers.get("host")
-        name = _host_name(host) if host is not None else None
-        if limits.allowed_hosts is not None and (name is None or name.lower() not in limits.allowed_hosts):
-            message = f"Host header {host!r} is not this server's (allowed: {', '.join(limits.allowed_hosts)})"
+        names = _hosts_named(scope, headers)
+        if names is None or (limits.allowed_hosts is not None and any(n.lower() not in limits.allowed_hosts for n in names)):
+            allowed = ", ".join(limits.allowed_hosts) if limits.allowed_hosts is not None else "any name, with a port of 0-65535"
+            message = f"Host header {(host or '')[:100]!r} (or the request's URI) is not this server's (allowed: {allowed}; one Host header)"
             await refuse(scope, receive, send, OpenAIError(400, message, code="invalid_host"))
             return
         if scope["path"] in OPEN_PATHS:

@@ -1,5 +1,7 @@
 """Run the endpoint on a background thread of this process (notebooks, tests, a trainer that
-serves its own weights), with uvicorn, on loopback by default."""
+serves its own weights), with uvicorn, on loopback by default; ``python -m gemlab.openai_endpoint`` serves
+the same way. Before the app sees a request, its head must arrive within ``HEAD_TIMEOUT_S`` and
+fit ``asgi_limits.MAX_HEAD`` bytes (else 431)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,11 @@ from typing import Any
 
 import uvicorn
 
+from tinker_emulator import asgi_limits
+from gemlab.openai_endpoint.errors import head_too_large
 from gemlab.openai_endpoint.guard import is_loopback
+
+HEAD_TIMEOUT_S = 60.0  # a request's head must arrive within this long, else the connection is closed
 
 
 class BackgroundServer:
@@ -23,7 +29,8 @@ class BackgroundServer:
         limits = getattr(getattr(app, "state", None), "limits", None)
         if not is_loopback(host) and getattr(limits, "api_key", None) is None:
             raise ValueError(f"host={host!r} reaches beyond this machine: give the app an API key (Limits(api_key=...))")
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off")
+        limits = asgi_limits.uvicorn_options(HEAD_TIMEOUT_S, too_large_body=head_too_large())
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off", **limits)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gemlab-serve", daemon=True)
         self._thread.start()
