@@ -1,4 +1,4 @@
-"""The limits both servers hold before any route runs (gemlab/local/asgi_limits.py): a request head
+"""The limits both servers hold before any route runs (tinker_emulator/asgi_limits.py): a request head
 over the cap is answered 431 with httptools and with h11, a compressed body is refused as it
 expands past the cap, and deep JSON is a ValueError, never a RecursionError."""
 
@@ -17,7 +17,7 @@ import zstandard
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gemlab.local import asgi_limits
+from tinker_emulator import asgi_limits
 
 CAP = 8 * 1024
 
