@@ -54,7 +54,8 @@ def parse(body: Any, model_name: str) -> tuple[str, CompletionRequest]:
     if not isinstance(body, dict):
         raise OpenAIError(400, f"a /generate body must be a JSON object, got {type(body).__name__}")
     if "input_ids" in body:
-        style, ids, params = "sglang", body["input_ids"], body.get("sampling_params") or {}
+        style, ids, params = "sglang", body["input_ids"], body.get("sampling_params")
+        params = {} if params is None else params  # absent or null: SGLang's defaults; [] is no object
         if not isinstance(params, dict):
             raise OpenAIError(400, "sampling_params must be a JSON object", param="sampling_params")
         where, max_tokens = "sampling_params.", params.get("max_new_tokens", 128)  # SGLang's default

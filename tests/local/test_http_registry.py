@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from tinker_emulator import training_client
 from tinker_emulator.futures import SAMPLING, TRAINING, get_worker
 from tinker_emulator.workshop_server import make_app
-from tinker_emulator.workshop_server.registry import REQUEST_BYTES, SESSION_TTL_S, Busy, NotFound, Quotas, Registry, Sampler
+from tinker_emulator.workshop_server.registry import REQUEST_BYTES, SESSION_TTL_S, Busy, NotFound, QuotaExceeded, Quotas, Registry, Sampler
 from tinker_emulator.workshop_server.state import Limits
 from tests.helpers.http_app import NEW_SESSION, result
 
@@ -189,3 +189,28 @@ def test_an_ended_session_releases_its_models_samplers_and_results(tmp_path: Pat
                 break
         assert gone() is None and sampler() is None
         assert adapter not in loaded.peft.peft_config
+
+
+def test_a_sampler_in_use_is_never_dropped_and_a_key_past_its_limit_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    """Issue 45: 30 programs on one key lost samplers mid-run, dropped as least recently used."""
+    registry = Registry(tmp_path, max_pending=10, max_pending_per_session=10, quotas=Quotas(samplers=3))
+
+    async def scenario() -> None:
+        programs = [registry.new_session("alice") for _ in range(4)]
+        made = asyncio.get_running_loop().create_future()
+        for index, program in enumerate(programs[:3]):
+            registry.add_sampler(Sampler(f"p{index}-0", program, "gemlab/tiny", None, made))
+            await asyncio.sleep(0.01)
+        registry.samplers["p0-0"].sampling = 1  # answering a request
+        registry.check_sampler_room(programs[0])  # p0 may replace its own sampler ...
+        registry.add_sampler(Sampler("p0-1", programs[0], "gemlab/tiny", None, made))
+        assert "p0-0" in registry.samplers  # ... but the one still sampling stays
+        with pytest.raises(QuotaExceeded, match=r"4 samplers in use, at the server's limit of 3 per key \(its --samplers-per-key\)"):
+            registry.check_sampler_room(programs[3])  # every sampler is some program's newest
+        registry.samplers["p0-0"].sampling = 0
+        registry.check_sampler_room(programs[3])  # p0-0 is neither newest nor sampling now
+        registry.add_sampler(Sampler("p3-0", programs[3], "gemlab/tiny", None, made))
+        made.cancel()
+
+    asyncio.run(scenario())
+    assert sorted(registry.samplers) == ["p0-1", "p1-0", "p2-0", "p3-0"]

@@ -6,6 +6,7 @@ forward_backward's sizes are checked from its bytes before anything is decoded."
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 import tracemalloc
@@ -188,7 +189,7 @@ def test_sigterm_stops_a_server_with_a_long_queue_promptly(tmp_path: Path) -> No
     try:
         env = server.env()
         service = tinker.ServiceClient(base_url=env["TINKER_BASE_URL"], api_key=env["TINKER_API_KEY"])
-        trainer = service.create_lora_training_client(base_model="gemlab/tiny", rank=4)
+        trainer = service.create_lora_training_client(base_model="gemlab/tiny", rank=4).result()
         data = [
             tinker.types.Datum(
                 model_input=tinker.types.ModelInput.from_ints(list(range(1, 257))),
@@ -206,3 +207,38 @@ def test_sigterm_stops_a_server_with_a_long_queue_promptly(tmp_path: Path) -> No
     finally:
         if server.process.poll() is None:
             server.process.kill()
+
+
+@pytest.mark.slow
+def test_the_servers_files_are_its_own_and_a_malformed_chunked_body_is_one_log_line(tmp_path: Path) -> None:
+    """Tenant and run folders 0700, checkpoint files 0600 (was 0755 / 0644); a chunked body with
+    broken framing leaves one line in the log and no traceback (was: a ClientDisconnect traceback)."""
+    import tinker
+
+    server = ServerProcess(tmp_path / "data")
+    try:
+        env = server.env()
+        service = tinker.ServiceClient(base_url=env["TINKER_BASE_URL"], api_key=env["TINKER_API_KEY"])
+        trainer = service.create_lora_training_client(base_model="gemlab/tiny", rank=4).result()
+        trainer.save_state("first").result()
+        tenants = tmp_path / "data" / "tenants"
+        folders = [tenants, *[p for p in tenants.rglob("*") if p.is_dir()]]
+        files = [p for p in tenants.rglob("*") if p.is_file()]
+        assert files and all(p.stat().st_mode & 0o777 == 0o700 for p in folders[1:]), [oct(p.stat().st_mode) for p in folders]
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in files), {p.name: oct(p.stat().st_mode) for p in files}
+
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        head = (
+            f"POST /api/v1/forward_backward HTTP/1.1\r\nHost: {host}\r\nX-API-Key: {server.keys[0]}\r\n"
+            "Content-Type: application/x-protobuf\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(head.encode() + b"5\r\nhello\r\nZZZ\r\nnot a chunk\r\n")
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+        time.sleep(1)
+        assert server.alive()
+    finally:
+        server.stop()
+    log = server.log.read_text()
+    assert "Traceback" not in log and "ClientDisconnect" not in log, log[-3000:]

@@ -119,6 +119,7 @@ def serve(args: argparse.Namespace) -> None:
     if not loopback:
         print(f"warning: serving on {args.host}, reachable from other machines; anyone with a key can train here", file=sys.stderr)
     data_dir = args.data_dir.expanduser().absolute()
+    os.umask(0o077)  # what the server writes (tenants, runs, checkpoints, metadata) is its own: 0700 / 0600
     keys = load_or_create(data_dir, args.keys)
     limits = Limits(
         max_body=int(args.max_body_mb * 2**20),

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 import pydantic
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from tinker import TinkerError
 
 from tinker_emulator.asgi_limits import TooLarge
@@ -60,8 +62,10 @@ def status_and_message(exc: BaseException) -> tuple[int, str, str]:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         return 422, f"invalid request: {where}: {first.get('msg')}", "user"
+    if isinstance(exc, ClientDisconnect):  # the body was cut off, or its chunked framing broken
+        return 400, "the request body did not arrive whole (the client left, or its chunked encoding is malformed)", "user"
     if isinstance(exc, USER_ERRORS):
-        return 400, one_line(exc), "user"
+        return 400, without_paths(one_line(exc)), "user"
     return 500, f"internal error ({type(exc).__name__}); the server log has the details", "server"
 
 
@@ -74,6 +78,16 @@ def logged(exc: BaseException, what: str) -> tuple[int, str, str]:
     elif status >= 500 and not isinstance(exc, asyncio.CancelledError):  # cancelled: the client asked
         logger.error("%s failed", what, exc_info=exc)
     return status, message, category
+
+
+# an absolute path on the server: a '/' that starts no URL (tinker://, local://) and no relative path
+_SERVER_PATH = re.compile(r"(?<![\w:/.~-])(?:/[^/\s'\"]+)+/([^/\s'\"]+)")
+
+
+def without_paths(message: str) -> str:
+    """``message`` with every absolute server path cut to ``.../<its last part>``: a client never
+    learns where the server keeps its files."""
+    return _SERVER_PATH.sub(r".../\1", message)
 
 
 def one_line(exc: BaseException) -> str:

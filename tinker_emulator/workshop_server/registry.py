@@ -37,8 +37,9 @@ REQUEST_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar("gemlab_requ
 class Quotas:
     """What one API key may hold at once, and how long a result nobody fetched is kept."""
 
-    models: int = 16  # training runs open (LoRA adapters and optimizer state on the server)
-    samplers: int = 16  # samplers kept (a snapshot adapter each); beyond it the least recently used goes
+    models: int = 32  # training runs open (LoRA adapters and optimizer state on the server)
+    # samplers kept (a snapshot adapter each); beyond it the least recently used one not in use goes
+    samplers: int = 32
     queued: int = 64  # requests queued or running
     results: int = 128  # finished results not yet fetched
     held_bytes: int = 128 * 2**20  # request bytes of its queued requests and unfetched results
@@ -92,6 +93,7 @@ class Sampler:
     model_path: str | None
     client: asyncio.Future[LocalSamplingClient]
     last_used: float = field(default_factory=time.monotonic)
+    sampling: int = 0  # its sample requests not yet answered
 
 
 @dataclass
@@ -169,8 +171,8 @@ class Registry:
         open_runs = sum(1 for m in self.models.values() if m.session.tenant is session.tenant)
         if open_runs >= self.quotas.models:
             raise QuotaExceeded(
-                f"this API key has {open_runs} training runs open, the server's limit per key; a run closes "
-                f"when its ServiceClient is closed (service_client.close('success')) or its program ends"
+                f"this API key has {open_runs} training runs open, the server's limit per key (its --models-per-key); "
+                "a run closes when its ServiceClient is closed (service_client.close('success')) or its program ends"
             )
 
     def model(self, model_id: Any, tenant: str) -> tuple[Model, LocalTrainingClient]:
@@ -186,22 +188,49 @@ class Registry:
         return model, model.client.result()
 
     def add_sampler(self, sampler: Sampler) -> None:
-        """Keep ``sampler``; beyond ``Quotas.samplers`` of its key, the least recently used goes (an
-        RL loop makes one per step and never uses the old ones again; each holds an adapter)."""
+        """Keep ``sampler``; beyond ``Quotas.samplers`` of its key, the least recently used one not in
+        use goes (an RL loop makes one per step and never uses the old ones again; each holds an
+        adapter). In use: the newest of its session, or one with a sample request unanswered;
+        those are never dropped (``check_sampler_room`` refuses a new sampler instead)."""
         self.samplers[sampler.id] = sampler
         if sampler.session is None:
             return
-        tenant = sampler.session.tenant
-        mine = [s for s in self.samplers.values() if s.session is not None and s.session.tenant is tenant]
-        for old in sorted(mine, key=lambda s: s.last_used)[: max(0, len(mine) - self.quotas.samplers)]:
+        mine = self._samplers_of(sampler.session.tenant)
+        spare = sorted((s for s in mine if not self._in_use(s)), key=lambda s: s.last_used)
+        for old in spare[: max(0, len(mine) - self.quotas.samplers)]:
             del self.samplers[old.id]
+
+    def check_sampler_room(self, session: Session) -> None:
+        """``QuotaExceeded`` when ``session`` has no sampler yet (a program starting) and its key
+        holds as many samplers as it may, all in use. A session that has one may always make its
+        next (it is mid-run: the old one goes once it is no longer in use)."""
+        mine = self._samplers_of(session.tenant)
+        if len(mine) < self.quotas.samplers or any(s.session is session for s in mine):
+            return
+        newest = self._newest()
+        if all(self._in_use(s, newest) for s in mine):
+            raise QuotaExceeded(
+                f"this API key has {len(mine)} samplers in use, at the server's limit of {self.quotas.samplers} per key "
+                "(its --samplers-per-key); a sampler is in use while it is its session's newest or answers a request"
+            )
+
+    def _samplers_of(self, tenant: Tenant) -> list[Sampler]:
+        return [s for s in self.samplers.values() if s.session is not None and s.session.tenant is tenant]
+
+    def _newest(self) -> dict[str, Sampler]:
+        """Each session's newest sampler (``samplers`` keeps the order they were made)."""
+        return {s.session.id: s for s in self.samplers.values() if s.session is not None}
+
+    def _in_use(self, sampler: Sampler, newest: dict[str, Sampler] | None = None) -> bool:
+        newest = self._newest() if newest is None else newest
+        return sampler.sampling > 0 or (sampler.session is not None and newest.get(sampler.session.id) is sampler)
 
     def sampler(self, sampler_id: Any, tenant: str) -> Sampler:
         sampler = self.samplers.get(sampler_id) if isinstance(sampler_id, str) else None
         if sampler is None or (sampler.session is not None and sampler.session.tenant.name != tenant):
             raise NotFound(
                 f"No sampler {sampler_id!r} for this API key (a key keeps its {self.quotas.samplers} most "
-                "recently used samplers)"
+                "recently used samplers, and every one in use)"
             )
         sampler.last_used = time.monotonic()
         return sampler

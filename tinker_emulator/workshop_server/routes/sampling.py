@@ -82,6 +82,7 @@ async def create_sampling_session(request: Request, server: ServerDep, tenant: T
     registry = server.registry
     session = registry.session(body.session_id, tenant)
     sampler_id = f"{session.id}:sample:{body.sampling_session_seq_id}"
+    registry.check_sampler_room(session)
     if body.model_path is not None:
         folder = str(paths.folder(body.model_path, session.tenant.root))
         made = awaited(session.tenant.service.create_sampling_client(model_path=folder, base_model=body.base_model))
@@ -109,5 +110,7 @@ async def asample(request: Request, server: ServerDep, tenant: TenantDep) -> JSO
     validate.prompt(body.prompt, await sampler.client)  # 400 now, not a failed future later
     session.last_seen = time.monotonic()
     request_id = server.registry.submit(session, sample(server, session, sampler, body), wire.encode_sample_response)
+    sampler.sampling += 1  # in use, never dropped, until answered
+    server.registry.pending[request_id].task.add_done_callback(lambda _: setattr(sampler, "sampling", sampler.sampling - 1))
     ids = [f"{request_id}:{j}" for j in range(body.num_samples)]
     return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})

@@ -152,6 +152,7 @@ async def save_weights_for_sampler(request: Request, server: ServerDep, tenant: 
         work = client.save_weights_for_sampler(body.path, user_metadata=body.user_metadata)
         return queued(server, model.session, awaited(work))
     sampler_id = f"{model.session.id}:sample:{body.sampling_session_seq_id}"
+    server.registry.check_sampler_room(model.session)
     made = asyncio.ensure_future(awaited(client.save_weights_and_get_sampling_client(kind=body.kind)))
     server.registry.add_sampler(Sampler(sampler_id, model.session, model.base_model, None, made))
     work = then(made, lambda _: types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
