@@ -242,3 +242,24 @@ def test_the_servers_files_are_its_own_and_a_malformed_chunked_body_is_one_log_l
         server.stop()
     log = server.log.read_text()
     assert "Traceback" not in log and "ClientDisconnect" not in log, log[-3000:]
+
+
+def test_memory_is_handed_back_after_a_large_request_and_a_refused_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinker_emulator.workshop_server import memory
+
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "trim", lambda: trims.append(1))
+    monkeypatch.setattr(memory, "LARGE_TOKENS", 64)
+    with TestClient(make_app(tmp_path, KEYS, device="cpu")) as client:
+        model = new_model(client, KEYS[0])
+        small = post_fb(client, KEYS[0], body(model, datums=1, length=16))
+        fetched(client, small.json()["request_id"], KEYS[0])
+        assert trims == []
+        large = post_fb(client, KEYS[0], body(model, datums=8, length=16))
+        fetched(client, large.json()["request_id"], KEYS[0])
+        assert trims == [1]
+        assert post_fb(client, KEYS[0], b"not a protobuf").status_code == 400
+        assert trims == [1, 1]
+    memory._libc.cache_clear()
+    monkeypatch.undo()
+    memory.trim()  # the real one runs (glibc here)

@@ -94,6 +94,8 @@ def test_vllm_logprobs_k_adds_the_top_alternatives(served, prompt_ids) -> None:
         ({"input_ids": []}, "non-empty list of token ids"),
         ({"input_ids": ["a"]}, "non-empty list of token ids"),
         ({"input_ids": [1, 2], "sampling_params": [1]}, "sampling_params must be a JSON object"),
+        ({"input_ids": [1, 2], "sampling_params": []}, "sampling_params must be a JSON object"),  # was taken as {}
+        ({"input_ids": [1, 2], "sampling_params": ""}, "sampling_params must be a JSON object"),
         ({"input_ids": [1, 2], "sampling_params": {"repetition_penalty": 1.3}}, "sampling_params.repetition_penalty=1.3 is not supported"),
         ({"input_ids": [1, 2], "sampling_params": {"stop_token_ids": [5]}}, "stop_token_ids=[5] is not supported"),
         ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 0}}, "'max_new_tokens'"),

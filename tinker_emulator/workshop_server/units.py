@@ -19,6 +19,8 @@ from typing import Any
 
 from tinker import types
 
+from tinker_emulator.workshop_server import memory
+
 
 def split(data: Sequence[types.Datum], unit_tokens: int) -> list[list[types.Datum]]:
     """``data`` in order, in runs of whole datums of at most ``unit_tokens`` tokens each."""
@@ -72,11 +74,14 @@ def submit(units: Sequence[Sequence[types.Datum]], start: Callable[[list[types.D
     return futures
 
 
-async def gathered(futures: Sequence[Future[types.ForwardBackwardOutput]]) -> types.ForwardBackwardOutput:
+async def gathered(futures: Sequence[Future[types.ForwardBackwardOutput]], large: bool = False) -> types.ForwardBackwardOutput:
     """The units' outputs combined, awaited in order. Cancelled (``cancel_future``), or failed in
-    one unit: every unit not yet started is cancelled."""
+    one unit: every unit not yet started is cancelled. After a ``large`` request, the memory it
+    freed is handed back to the system (``memory.trim``)."""
     try:
         return combine([await asyncio.wrap_future(future) for future in futures])
     finally:
         for future in futures:
             future.cancel()  # a no-op on a unit already done or running
+        if large:
+            await asyncio.to_thread(memory.trim)

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from tinker import types
 
 from tinker_emulator.losses import loss_spec
-from tinker_emulator.workshop_server import paths, served, units, validate, wire
+from tinker_emulator.workshop_server import memory, paths, served, units, validate, wire
 from tinker_emulator.workshop_server.registry import Sampler, Session
 from tinker_emulator.workshop_server.replies import answer, awaited, queued, read, then
 from tinker_emulator.workshop_server.state import Server, ServerDep, TenantDep
@@ -70,9 +70,14 @@ async def forward_backward(request: Request, server: ServerDep, tenant: TenantDe
     (``validate``) and decoded, all off the event loop, so a large body never holds up other
     requests; queued as bounded units (``units``), so it never holds up other keys for long."""
     raw, encoding, limits = await request.body(), request.headers.get("content-encoding", ""), server.limits
-    msg = await asyncio.to_thread(wire.read_forward_backward, raw, encoding, limits.max_body)
-    model, client = server.registry.model(msg.model_id, tenant)
-    body = await asyncio.to_thread(wire.decode_forward_backward, msg, limits.max_body // 4, client, limits.max_train_tokens)
+    try:
+        msg = await asyncio.to_thread(wire.read_forward_backward, raw, encoding, limits.max_body)
+        model, client = server.registry.model(msg.model_id, tenant)
+        body = await asyncio.to_thread(wire.decode_forward_backward, msg, limits.max_body // 4, client, limits.max_train_tokens)
+    except Exception:
+        del raw
+        await asyncio.to_thread(memory.trim)  # a refused body may have been large once decompressed
+        raise
     del raw, msg
     server.registry.check_room(model.session)  # before the work is queued on the worker
     loss_inputs(body.data, body.loss_fn)
@@ -80,7 +85,8 @@ async def forward_backward(request: Request, server: ServerDep, tenant: TenantDe
     config = validate.finite_config(body.loss_fn_config)
     pieces = units.split(body.data, limits.unit_tokens)
     started = await asyncio.to_thread(units.submit, pieces, lambda unit: run(unit, body.loss_fn, config).future())
-    return queued(server, model.session, units.gathered(started), wire.encode_forward_backward_output)
+    large = sum(datum.model_input.length for datum in body.data) >= memory.LARGE_TOKENS
+    return queued(server, model.session, units.gathered(started, large), wire.encode_forward_backward_output)
 
 
 def loss_inputs(data: list[types.Datum], loss_fn: str) -> None:
