@@ -1,4 +1,4 @@
-"""The workshop server's door (tinker_emulator/workshop_server/guard.py, connections.py): a connection whose
+"""The workshop server's door (tinker_emulator/workshop_server/guard.py; the head deadline in tinker_emulator/asgi_limits.py): a connection whose
 request head does not arrive in time is closed, a body that dribbles in is cut off at the read
 timeout with a 408 in Tinker's error shape, and a request's work goes in its key's lane
 with its body's size counted."""
@@ -99,7 +99,7 @@ def test_the_server_cuts_off_a_client_that_dribbles_its_head_or_body(tmp_path: P
         for sent in (b"", b"POST /api/v1/create_session HTTP/1.1\r\nHost: x\r\n"):  # nothing / half a head
             with socket.create_connection((host, int(port)), timeout=60) as idle:
                 idle.sendall(sent)
-                assert idle.recv(1024) == b""  # closed by the server at its read timeout (connections.py)
+                assert idle.recv(1024) == b""  # closed by the server at its read timeout (asgi_limits.py)
         with socket.create_connection((host, int(port)), timeout=60) as slow:
             head = f"POST /api/v1/create_session HTTP/1.1\r\nHost: x\r\nX-API-Key: {server.keys[0]}\r\n"
             slow.sendall((head + "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode())

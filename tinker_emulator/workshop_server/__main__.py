@@ -1,22 +1,26 @@
 """``python -m tinker_emulator.workshop_server``: serve Tinker's HTTP API on this machine.
 
     python -m tinker_emulator.workshop_server [--port 8000] [--data-dir DIR] [--keys N] [--host 127.0.0.1]
-                                [--models-per-key 16] [--samplers-per-key 16] [--queue-per-key 64]
-                                [--results-per-key 128]
-                                [--held-mb-per-key 128] [--result-ttl 300] [--read-timeout 60]
+                                [--models-per-key 32] [--samplers-per-key 32] [--queue-per-key 64]
+                                [--results-per-key 128] [--held-mb-per-key 128] [--result-ttl 300]
+                                [--read-timeout 60] [--max-header-kb 64] [--max-train-tokens 262144]
+                                [--max-sample-tokens 65536] [--unit-tokens 4096]
     python -m tinker_emulator.workshop_server tokenizer Qwen/Qwen3-4B-Instruct-2507   # once per client machine
 
 Clients set ``TINKER_BASE_URL`` and ``TINKER_API_KEY`` to what the server prints and run any Tinker
 program unchanged (with ``HF_HUB_OFFLINE=1`` for tokenizers installed by the second command).
 
-Keys share the machine fairly: the backend's workers take one request from each key in turn, so
-a request waits at most for the one running plus one per other key with work queued. Each key is
-bounded (the defaults suit a room of 30 on one machine): training runs open (beyond it 403, which
-the SDK does not retry), samplers kept (beyond it the least recently used is dropped: an RL loop
-makes one per step), requests queued, results nobody fetched and the request bytes they hold
+Keys share the machine fairly: a forward_backward runs as units of ``--unit-tokens`` and the
+training worker takes one unit from each key in turn, so a request waits at most for the unit
+running plus one per other key with work queued; one request's work is bounded in tokens
+(``--max-train-tokens``, ``--max-sample-tokens``). Each key is bounded (the defaults suit a room of
+30 on one machine, or 30 programs on one key): training runs open (beyond it 403, which the SDK
+does not retry), samplers kept (beyond it the least recently used one not in use is dropped: an
+RL loop makes one per step), requests queued, results nobody fetched and the request bytes they hold
 (beyond these 429, which the SDK retries with backoff); an unfetched result is dropped after
 ``--result-ttl`` seconds, and a request's head and its body must each arrive within ``--read-timeout``
-seconds (the connection is closed; 408 for a body).
+seconds (the connection is closed; 408 for a body), the head within ``--max-header-kb`` (431).
+SIGTERM cancels the work queued and exits once the unit running is done.
 """
 
 from __future__ import annotations

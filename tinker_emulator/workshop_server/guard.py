@@ -7,10 +7,9 @@ local backend's workers goes in its key's lane (``futures.lane``), so keys take 
 
 ``gemlab/openai_endpoint/guard.py`` is the OpenAI endpoint's door, built the same way (a pure ASGI
 middleware added with ``app.add_middleware``, headers read with Starlette's ``Headers``, refusals
-sent as a Starlette ``JSONResponse``, ``Content-Length`` checked before a byte is read). It cannot
-share this module: ``tinker_emulator`` imports nothing of gemlab outside itself, and importing any
-``tinker_emulator`` module loads the emulator (PyTorch, PEFT, transformers), which an endpoint over
-real Tinker must not. The two differ on purpose where their clients do: one tenant per key of
+sent as a Starlette ``JSONResponse``, ``Content-Length`` checked before a byte is read); what both
+hold before any app code (head size and time, bounded decompression, JSON depth) is the leaf
+module ``tinker_emulator/asgi_limits.py``. The doors themselves stay apart: the two differ on purpose where their clients do: one tenant per key of
 many (``X-API-Key``) here, one optional ``Bearer`` key, a ``Host`` check and a bound on requests
 in flight there (here the registry bounds queued work instead, answering 429 in Tinker's shape,
 because ``retrieve_future`` long-polls hold a request open by design); Tinker's error JSON here,

@@ -10,7 +10,7 @@ import ctypes
 import ctypes.util
 import functools
 
-LARGE_TOKENS = 65_536  # a request of this many tokens or more is followed by a trim
+LARGE_TOKENS = 8192  # a forward_backward of this many tokens or more is followed by a trim
 
 
 @functools.cache

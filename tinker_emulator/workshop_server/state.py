@@ -24,7 +24,7 @@ class Limits:
     # the work one request may ask for, in tokens: a forward_backward's datums (gem's preset: 128
     # transitions within a 2,048-token context), a sample request's num_samples x (prompt + max_tokens)
     max_train_tokens: int = 262_144
-    max_sample_tokens: int = 131_072
+    max_sample_tokens: int = 65_536
     # tokens of a forward_backward run as one job on the training worker (about 1 s on 2 cores
     # for gemlab/tiny-chat): what another key's request waits for at most per key ahead of it
     unit_tokens: int = 4096
