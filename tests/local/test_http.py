@@ -188,7 +188,7 @@ def test_a_full_queue_answers_busy_in_tinkers_shape(tmp_path: Path):
                 "sampling_session_id": f"{session}:sample:0",
                 "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]},
                 "sampling_params": {"max_tokens": 1024},
-                "num_samples": 64,
+                "num_samples": 60,  # 60 x (2 + 1024) tokens: within --max-sample-tokens
             }
             answers = [client.post("/api/v1/asample", json=request) for _ in range(3)]
         assert answers[0].status_code == 200
