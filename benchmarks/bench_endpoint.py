@@ -83,7 +83,7 @@ def main() -> None:
             times = [t for _, t, _ in runs]
             worst = max(max(lat) for _, _, lat in runs)
             statuses = sorted({s for s, _, _ in runs})
-            print(f"{label:<34} {statuses!s:>6} {statistics.median(times):>12.3f} [{min(times):.3f}, {max(times):.3f}] {worst:>16.3f} {sum(len(l) for _, _, l in runs):>6}")
+            print(f"{label:<34} {statuses!s:>6} {statistics.median(times):>12.3f} [{min(times):.3f}, {max(times):.3f}] {worst:>16.3f} {sum(len(lat) for _, _, lat in runs):>6}")
         print(f"server RSS after {3 * args.repeats} refused requests: {rss_mb(server.pid):.0f} MB (before: {before:.0f} MB)")
     finally:
         server.terminate()

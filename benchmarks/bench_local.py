@@ -269,7 +269,7 @@ def bench_smollm2(
     report.row(f"sample {requests}x{max_tokens} tok turn 2: local bfloat16 (vs local float32)", *bf16_sample, local_flops, fp32_sample)
     report.row(f"forward_backward+optim {rows}x{length} tok: local bfloat16 (vs float32)", *bf16_train, flops, fp32_train)
     for label, learner in (("float32 learner", lp_fp32), ("bfloat16 learner", lp_bf16)):
-        diffs = [abs(a - b) for s, l in zip(sampled, learner) for a, b in zip(s, l)]
+        diffs = [abs(a - b) for sampled_row, learner_row in zip(sampled, learner) for a, b in zip(sampled_row, learner_row)]
         print(f"  bf16 sampler vs {label}: mean |logprob diff| {statistics.mean(diffs):.4f} nats, max {max(diffs):.3f}")
 
 

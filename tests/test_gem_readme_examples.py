@@ -26,7 +26,8 @@ from tests.helpers import gem_train
 # (rg:simple_equations, also the README's reasoning-gym example for tinker-cookbook).
 README = {
     "math": "model_name=Qwen/Qwen3-8B-Base env_id=math:DeepScaleR40K num_env=128 max_tokens=8192",
-    "math_python_tool": "env_id=math:Math12K num_env=128 max_tokens=2048 template=no model_name=meta-llama/Llama-3.1-8B-Instruct env_wrappers=python_tool_no_int_reward_last_line_error,concat_chat gamma=1",
+    "math_python_tool": "env_id=math:Math12K num_env=128 max_tokens=2048 template=no model_name=meta-llama/Llama-3.1-8B-Instruct "
+    "env_wrappers=python_tool_no_int_reward_last_line_error,concat_chat gamma=1",
     "sudoku": "model_name=Qwen/Qwen3-8B-Base num_env=64 env_id=game:Sudoku-v0-easy max_tokens=1024 template=qwen3_game model_name=Qwen/Qwen3-8B-Base env_wrappers=concat",
     "simple_equations": "env_id=rg:simple_equations model_name=Qwen/Qwen3-8B-Base",
 }

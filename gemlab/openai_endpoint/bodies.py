@@ -129,7 +129,8 @@ def chat_chunks(generation: Generation, tokenizer: Any, logprobs: bool, include_
             if choice.content:
                 yield {**head, "choices": [{"index": choice.index, "delta": {"content": choice.content}, "logprobs": None, "finish_reason": None}]}
             calls = [{"index": i, **call} for i, call in enumerate(choice.tool_calls)]
-            yield {**head, "choices": [{"index": choice.index, "delta": {"tool_calls": calls}, "logprobs": _chat_logprobs(choice, tokenizer) if logprobs else None, "finish_reason": None, "token_ids": choice.token_ids}]}
+            delta = {"index": choice.index, "delta": {"tool_calls": calls}, "logprobs": _chat_logprobs(choice, tokenizer) if logprobs else None}
+            yield {**head, "choices": [{**delta, "finish_reason": None, "token_ids": choice.token_ids}]}
         else:
             for i, delta in enumerate(text_deltas(choice, tokenizer)):
                 yield {**head, "choices": [{

@@ -115,10 +115,14 @@ def paired_contrast(treatment: Sequence[float], control: Sequence[float], *, see
     if len(x) != len(y):
         raise ValueError(f"paired arms need the same seeds: got {len(x)} and {len(y)} values")
     difference = float(np.mean(x - y))
-    test = stats.permutation_test((x, y), _mean_difference, permutation_type="samples", vectorized=True, n_resamples=RESAMPLES, alternative="two-sided", rng=np.random.default_rng(seed))
+    test = stats.permutation_test(
+        (x, y), _mean_difference, permutation_type="samples", vectorized=True, n_resamples=RESAMPLES, alternative="two-sided", rng=np.random.default_rng(seed)
+    )
     if len(x) < 2 or np.all(x - y == (x - y)[0]):
         return Contrast(difference, float("nan"), float("nan"), float(test.pvalue), len(x))
-    ci = stats.bootstrap((x, y), _mean_difference, paired=True, vectorized=True, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(seed))
+    ci = stats.bootstrap(
+        (x, y), _mean_difference, paired=True, vectorized=True, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(seed)
+    )
     return Contrast(difference, *_ci(ci), float(test.pvalue), len(x))
 
 
@@ -130,7 +134,9 @@ def unpaired_contrast(treatment: Sequence[float], control: Sequence[float], *, s
     """Difference of means of two independent arms, its 95% bootstrap interval (each arm
     resampled on its own) and a two-sided permutation p on the Welch t statistic."""
     x, y = _clean(treatment), _clean(control)
-    test = stats.permutation_test((x, y), _welch_t, permutation_type="independent", vectorized=True, n_resamples=RESAMPLES, alternative="two-sided", rng=np.random.default_rng(seed))
+    test = stats.permutation_test(
+        (x, y), _welch_t, permutation_type="independent", vectorized=True, n_resamples=RESAMPLES, alternative="two-sided", rng=np.random.default_rng(seed)
+    )
 
     def difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.mean(a, axis=axis) - np.mean(b, axis=axis)

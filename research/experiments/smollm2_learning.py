@@ -3,7 +3,8 @@ and during RL, per seed, with each run's config and metrics recorded (no checkpo
 
     python research/experiments/smollm2_learning.py --seeds 0 1 2 3 4 --minutes 15 --out data/smollm2-sums
     python research/experiments/smollm2_learning.py --report data/smollm2-sums --figure docs/figures/smollm2-sums.png
-    GEMLAB_THREADS=1 python research/experiments/smollm2_learning.py --seeds 0 1 2 3 4 5 --minutes 12 --out data/smollm2-times env_id=rg:times-1digit-train eval_env_id=rg:times-1digit-test max_steps=100
+    GEMLAB_THREADS=1 python research/experiments/smollm2_learning.py --seeds 0 1 2 3 4 5 --minutes 12 --out data/smollm2-times \
+        env_id=rg:times-1digit-train eval_env_id=rg:times-1digit-test max_steps=100
 
 Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it) evaluated on the
 fixed held-out set (``eval_env_id``, ``eval_games``) before anything and after ``Trainer.warmup()``
@@ -127,7 +128,8 @@ def report(folder: Path, figure: Path | None) -> None:
     ax.set_xlabel("RL steps (0: after the format warm-up)")
     ax.set_ylabel(f"success on {len(seeds[0][0]['warmup']['wins'])} {scored_on}")
     rate = "" if config["lr_schedule"] == "constant" else f", {config['lr_schedule']} learning rate"  # a run older than the field: its default
-    task = {"rg:sums-1digit-train": "sums", "rg:diffs-1digit-train": "differences", "rg:times-1digit-train": "products", "game:GuessTheNumber-v0-easy": "GuessTheNumber"}.get(config["env_id"], config["env_id"])
+    tasks = {"rg:sums-1digit-train": "sums", "rg:diffs-1digit-train": "differences", "rg:times-1digit-train": "products", "game:GuessTheNumber-v0-easy": "GuessTheNumber"}
+    task = tasks.get(config["env_id"], config["env_id"])
     ax.set_title(f"SmolLM2-135M-Instruct learns {task} by RL ({len(seeds)} seeds{rate})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

@@ -219,5 +219,6 @@ def test_clients_that_leave_mid_upload_or_mid_sampling_leave_the_server_healthy(
 
 def test_the_command_refuses_to_bind_beyond_loopback_without_a_key() -> None:
     env = {k: v for k, v in os.environ.items() if k != "GEMLAB_SERVE_API_KEY"}
-    result = subprocess.run([sys.executable, "-m", "gemlab.openai_endpoint", "--model", MODEL, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=120, env=env, check=False)
+    command = [sys.executable, "-m", "gemlab.openai_endpoint", "--model", MODEL, "--host", "0.0.0.0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, check=False)
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0 and "--api-key" in result.stderr

@@ -51,7 +51,10 @@ def test_a_plain_chatml_template_gets_the_hermes_tools_block(sampler) -> None:
     assert text.count("<|im_start|>system") == 1 and text.endswith("<|im_start|>assistant\n")
 
 
-@pytest.mark.parametrize(("tool_choice", "shown"), [("none", []), ("auto", ["get_weather", "get_time"]), ("required", ["get_weather", "get_time"]), ({"type": "function", "function": {"name": "get_time"}}, ["get_time"])])
+@pytest.mark.parametrize(
+    ("tool_choice", "shown"),
+    [("none", []), ("auto", ["get_weather", "get_time"]), ("required", ["get_weather", "get_time"]), ({"type": "function", "function": {"name": "get_time"}}, ["get_time"])],
+)
 def test_tool_choice_decides_which_tools_the_model_sees(sampler, tool_choice, shown) -> None:
     with serve(sampler) as server:
         reply = client_of(server).chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, CLOCK], tool_choice=tool_choice, max_tokens=2, seed=0)
