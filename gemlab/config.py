@@ -265,8 +265,8 @@ class Config:
     def _groups(self) -> None:
         if self.num_env % self.group_size:
             raise ValueError(f"group_size must divide num_env ({self.num_env}), got {self.group_size}")
-        if self.advantage == "grpo" and self.group_size < 2:
-            raise ValueError("advantage='grpo' compares episodes of one problem: set group_size >= 2")
+        if ADVANTAGES[self.advantage].needs_groups and self.group_size < 2:
+            raise ValueError(f"advantage={self.advantage!r} compares episodes of one problem: set group_size >= 2")
         if self.eval_every > 0 and self.max_staleness > 0:
             raise ValueError(
                 "eval_every needs max_staleness=0: an evaluation while the next batch is sampled ahead would change that "

@@ -5,8 +5,9 @@ ReBN (GEM paper, arXiv 2510.01051) normalizes every transition's return by the m
 deviation of all returns in the batch. Unlike GRPO it needs no groups of episodes that share a
 state, which multi-turn games cannot provide. The alternatives a researcher compares against live
 here too, as pure functions on lists of floats; ``ADVANTAGES`` maps each ``Config.advantage`` name
-to an estimator from a batch's episodes to one advantage per transition, and ``advantages`` is
-what the training step calls. A new estimator is one function and one entry here.
+to an estimator from a batch's episodes to one advantage per transition (and says whether it needs
+groups of episodes on one problem, which ``Config`` then asks for), and ``advantages`` is what the
+training step calls. A new estimator is one function and one entry here.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def _grpo(episodes: Sequence[Episode], gamma: float) -> list[float]:
 class Estimator(NamedTuple):
     description: str
     estimate: Callable[[Sequence[Episode], float], list[float]]  # (episodes, gamma) -> one advantage per transition
+    needs_groups: bool = False  # compares episodes of one problem: a config must set group_size >= 2
 
 
 ADVANTAGES: dict[str, Estimator] = {  # what Config.advantage selects
@@ -113,7 +115,7 @@ ADVANTAGES: dict[str, Estimator] = {  # what Config.advantage selects
     "none": Estimator("raw discounted returns", _raw),
     "center": Estimator("G - batch mean (no scaling)", _center),
     "group": Estimator("(G - group mean) / (group std + 1e-9) within transitions that share a state (GRPO-style)", _same_state),
-    "grpo": Estimator("GRPO: each episode's total reward (gamma 1), normalized within its group of episodes on one problem, for every turn", _grpo),
+    "grpo": Estimator("GRPO: each episode's total reward (gamma 1), normalized within its group of episodes on one problem, for every turn", _grpo, needs_groups=True),
 }
 
 
@@ -121,6 +123,6 @@ def advantages(episodes: Sequence[Episode], method: str = "rebn", gamma: float =
     """One advantage per transition of ``episodes`` (in order) by the estimator ``method`` names."""
     if method not in ADVANTAGES:
         raise ValueError(f"Unknown advantage {method!r}. Known: {', '.join(ADVANTAGES)}")
-    if method == "grpo" and any(e.group is None for e in episodes):
-        raise ValueError("advantage 'grpo' needs episodes played in groups (group_size >= 2)")
+    if ADVANTAGES[method].needs_groups and any(e.group is None for e in episodes):
+        raise ValueError(f"advantage {method!r} needs episodes played in groups (group_size >= 2)")
     return ADVANTAGES[method].estimate(episodes, gamma)

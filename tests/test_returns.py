@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from gemlab.episodes import Episode, Transition
-from gemlab.returns import ADVANTAGES, advantages, batch_returns, center, discounted_returns, group_normalize, rebn
+from gemlab.config import make_config
+from gemlab.returns import ADVANTAGES, Estimator, advantages, batch_returns, center, discounted_returns, group_normalize, rebn
 
 
 def test_discounted_returns_three_turns_gamma_09():
@@ -95,3 +96,16 @@ def test_advantages_refuse_an_unknown_method_and_grpo_without_groups():
         advantages([episode([1.0])], "zscore")
     with pytest.raises(ValueError, match="needs episodes played in groups"):
         advantages([episode([1.0])], "grpo")
+
+
+def test_a_new_estimator_that_needs_groups_gets_them_asked_for(monkeypatch):
+    """The registry entry alone decides: an estimator declared ``needs_groups`` (RLOO, say) is refused
+    without groups by the config and by ``advantages``, as GRPO is, with no name checked anywhere else."""
+    rloo = Estimator("leave-one-out", lambda episodes, gamma: [0.0 for e in episodes for _ in e.transitions], needs_groups=True)
+    monkeypatch.setitem(ADVANTAGES, "rloo", rloo)
+    with pytest.raises(ValueError, match="advantage='rloo' compares episodes of one problem: set group_size >= 2"):
+        make_config("laptop", advantage="rloo")
+    assert make_config("laptop", advantage="rloo", group_size=2).group_size == 2
+    with pytest.raises(ValueError, match="advantage 'rloo' needs episodes played in groups"):
+        advantages([episode([1.0])], "rloo")
+    assert [name for name, estimator in ADVANTAGES.items() if estimator.needs_groups] == ["grpo", "rloo"]
