@@ -19,6 +19,7 @@ from typing import Any, Callable
 import chz
 import numpy as np
 
+from gemlab.env_ids import GUESS_EASY, SUMS_TEST, SUMS_TRAIN
 from gemlab.returns import ADVANTAGES
 from gemlab.templates import TEMPLATES
 
@@ -170,7 +171,7 @@ class Config:
     max_tokens: int = chz.field(default=2048, validator=_positive, doc="cap on tokens per action")
     temperature: float = chz.field(default=1.0, validator=_in_range(0.0, 10.0))
     # environment
-    env_id: str = "game:GuessTheNumber-v0-easy"
+    env_id: str = GUESS_EASY
     num_env: int = chz.field(
         default=32, validator=_at_most(MAX_NUM_ENV, _env_cost), doc="environments played concurrently"
     )
@@ -306,8 +307,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smollm2": dict(
         LAPTOP,
         model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
-        env_id="rg:sums-1digit-train",  # 57 of the 121 sums of two numbers 0-10; the other 64 are held out
-        eval_env_id="rg:sums-1digit-test",
+        env_id=SUMS_TRAIN,  # 57 of the 121 sums of two numbers 0-10; the other 64 are held out
+        eval_env_id=SUMS_TEST,
         eval_every=10,
         template="chat",  # the prompt format SmolLM2 was tuned on
         learning_rate=5e-4,

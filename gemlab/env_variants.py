@@ -32,11 +32,14 @@
   grader) except the 64 held-out one-digit ones: 377 questions, too many to learn one by one.
   Tried as ``preset=smollm2``'s training side, it was too hard a start for SmolLM2 (rollout
   success 0.00-0.22 over 10 RL steps, research/notes/smollm2.md); it is there to train on.
+- ``math:GSMSymbolic``: GEM's math env on word problems made on this machine
+  (``gemlab/offline_math.py``), for GEM's math examples offline; GEM's own ``math:*`` ids load theirs
+  from the hub. Registered by the class's path, so importing gemlab does not load ``datasets``.
 - ``rg:sums-mix-train``: half its problems from ``rg:sums-1digit-train`` (a start SmolLM2 can
   learn from), half from ``rg:sums-to20-train`` (too many to learn one by one), so that RL on it
   has to learn addition rather than 57 answers; the held-out one-digit sums stay out of both.
 
-Importing ``gemlab.envs`` registers them all, so ``python -m gemlab.train env_id=...`` knows them.
+Their ids are in ``gemlab.env_ids``. Importing ``gemlab.envs`` registers them all, so ``python -m gemlab.train env_id=...`` knows them.
 """
 
 from __future__ import annotations
@@ -48,17 +51,22 @@ from gem.envs.game_env.guess_the_number import GuessTheNumberEnv
 from gem.envs.reasoning_gym import ReasoningGymEnv
 from gem.envs.registration import ENV_REGISTRY, register
 
-GUESS_20 = "game:GuessTheNumber-v0-1to20"
-GUESS_EASY_WINS = "game:GuessTheNumber-v0-easy-wins"
-PRODUCTS_1DIGIT = "rg:products-1digit"
-SUMS_1DIGIT = "rg:sums-1digit"
-SUMS_TRAIN, SUMS_TEST = f"{SUMS_1DIGIT}-train", f"{SUMS_1DIGIT}-test"
-SUMS_TO20_TRAIN = "rg:sums-to20-train"
-SUMS_MIX_TRAIN = "rg:sums-mix-train"
-DIFFS_1DIGIT = "rg:diffs-1digit"
-DIFFS_TRAIN, DIFFS_TEST = f"{DIFFS_1DIGIT}-train", f"{DIFFS_1DIGIT}-test"
-TIMES_1DIGIT = "rg:times-1digit"
-TIMES_TRAIN, TIMES_TEST = f"{TIMES_1DIGIT}-train", f"{TIMES_1DIGIT}-test"
+from gemlab.env_ids import (
+    DIFFS_TEST,
+    DIFFS_TRAIN,
+    GUESS_20,
+    GUESS_EASY_WINS,
+    OFFLINE_MATH,
+    PRODUCTS_1DIGIT,
+    SUMS_1DIGIT,
+    SUMS_MIX_TRAIN,
+    SUMS_TEST,
+    SUMS_TO20_TRAIN,
+    SUMS_TRAIN,
+    TIMES_TEST,
+    TIMES_TRAIN,
+)
+
 HELD_OUT = 64  # questions on the test side of each split
 ANSWERS = {  # every right answer of each task lies here
     PRODUCTS_1DIGIT: range(0, 82),
@@ -230,3 +238,5 @@ def register_variants() -> None:
     for env_id, (side, operator, min_operand) in SPLITS.items():
         if env_id not in ENV_REGISTRY:
             register(env_id, "gemlab.env_variants:SplitPairsEnv", side=side, operator=operator, min_operand=min_operand)
+    if OFFLINE_MATH not in ENV_REGISTRY:
+        register(OFFLINE_MATH, "gemlab.offline_math:WordProblemMathEnv")

@@ -19,7 +19,7 @@ from typing import Any
 # root logger is put back as it was; whoever runs gemlab configures logging, not a library.
 _root_handlers, _root_level = list(logging.getLogger().handlers), logging.getLogger().level
 import gem  # noqa: E402
-from gem.envs.registration import ENV_REGISTRY, register  # noqa: E402
+from gem.envs.registration import ENV_REGISTRY  # noqa: E402
 
 from gemlab.env_variants import register_variants  # noqa: E402
 
@@ -27,12 +27,6 @@ logging.getLogger().handlers[:] = _root_handlers
 logging.getLogger().setLevel(_root_level)
 
 register_variants()
-
-# GEM's math env on word problems made offline (gemlab/offline_math.py), for GEM's math examples; GEM's own
-# math:* ids load theirs from the hub. Named by string, so importing gemlab does not load `datasets`.
-OFFLINE_MATH = "math:GSMSymbolic"
-if OFFLINE_MATH not in ENV_REGISTRY:
-    register(OFFLINE_MATH, "gemlab.offline_math:WordProblemMathEnv")
 
 
 def known_env_ids() -> list[str]:

@@ -6,7 +6,7 @@ argument, which GEM's ``tinker_train.py`` uses to share the first env's question
 ``WordProblemMathEnv`` is ``MathEnv`` given grade-school word problems with integer answers from
 reasoning-gym's ``gsm_symbolic`` generator (GSM8K problems as templates with fresh numbers; GEM
 installs reasoning-gym for its ``rg:*`` envs), made from ``data_seed`` and held in memory. Grading,
-shuffling and the tool wrappers are GEM's. ``gemlab.envs`` registers it as ``math:GSMSymbolic``.
+shuffling and the tool wrappers are GEM's. ``gemlab.env_variants`` registers it as ``math:GSMSymbolic``.
 """
 
 from __future__ import annotations

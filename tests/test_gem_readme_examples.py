@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gemlab.envs import OFFLINE_MATH
+from gemlab.env_ids import OFFLINE_MATH
 from tests.helpers import gem_train
 
 # GEM's README (examples/train_tinker/README.md, "Using Tinker"), word for word, plus the script's default env

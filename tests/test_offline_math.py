@@ -13,7 +13,8 @@ from gem.envs.math_env import MathEnv
 from gem.wrappers.wrapper_factory import get_wrapper_fns
 
 from gemlab import offline_math
-from gemlab.envs import OFFLINE_MATH, check_env_id, make_envs
+from gemlab.env_ids import OFFLINE_MATH
+from gemlab.envs import check_env_id, make_envs
 from tinker_emulator.models import load_tokenizer
 from gemlab.offline_math import WordProblemMathEnv, word_problems
 

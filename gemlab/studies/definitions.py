@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gemlab.config import Config, make_config
-from gemlab.env_variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.env_ids import GUESS_20, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT
 from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS, TINY_SUMS
 
 STUDIES = ("gamma", "tuning", "algorithms", "smollm2")
@@ -51,7 +51,7 @@ EVAL_GAMES = 32  # games (or problems) in the fixed set, each played sampled and
 COMMON: dict[str, Any] = dict(batch_size=64, save_every=10)
 GAMMA_SETTING: dict[str, Any] = dict(model_name=TINY_GUESS20, env_id=GUESS_20, num_env=8)
 ENVIRONMENTS: dict[str, dict[str, Any]] = {  # two multi-turn games, two single-turn tasks
-    "guess": dict(model_name=TINY, env_id="game:GuessTheNumber-v0-easy", num_env=32),
+    "guess": dict(model_name=TINY, env_id=GUESS_EASY, num_env=32),
     "guess20": dict(model_name=TINY_GUESS20, env_id=GUESS_20, num_env=32),
     "products": dict(model_name=TINY_PRODUCTS, env_id=PRODUCTS_1DIGIT, template="qwen3_general", num_env=32),
     "sums": dict(model_name=TINY_SUMS, env_id=SUMS_1DIGIT, template="qwen3_general", num_env=32),

@@ -27,7 +27,8 @@ import torch
 
 import gemlab.envs  # noqa: F401  (registers the held-out splits)
 from gemlab.doctor import cpu_name
-from gemlab.env_variants import DIFFS_TEST, HELD_OUT, SUMS_TEST, TIMES_TEST
+from gemlab.env_ids import DIFFS_TEST, SUMS_TEST, TIMES_TEST
+from gemlab.env_variants import HELD_OUT
 from tinker_emulator.models import SMOLLM2, build_model, load_tokenizer
 from gemlab.templates import get_template
 from gemlab.warmup import INTEGER

@@ -19,7 +19,7 @@ from gemlab.studies import evaluation
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table, smollm2_figure
 from gemlab.studies.runner import estimate_seconds, run_studies
-from gemlab.env_variants import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
+from gemlab.env_ids import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
 from gemlab.tiny.registry import TINY_SUMS
 from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
