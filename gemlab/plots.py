@@ -16,7 +16,7 @@ import pandas as pd
 
 from gemlab.config import CONFIG_FILE
 from gemlab.eval_curve import Point, eval_points, eval_set_name
-from gemlab.run_folder import read_metrics, saved_config
+from gemlab.saved_runs import read_metrics, saved_config
 
 Run = Union[str, Path, pd.DataFrame]
 

@@ -5,12 +5,13 @@ step), ``checkpoints.jsonl`` (one line per saved checkpoint), ``checkpoint_recor
 checkpoint: its index line and, for the newest two, a copy of the metrics rows up to it),
 ``warmup.jsonl``, ``config_changes.jsonl``, the marker ``.gemlab-run`` (this folder is gemlab's,
 and the checkpoint names gemlab asked the backend to save here) and, on the local backend, the
-checkpoints themselves under ``checkpoints/``. This module is the only code that knows these names:
+checkpoints themselves under ``checkpoints/``. This module is the one writer of run folders, and
+``gemlab.saved_runs`` their one reader (``read_run``, ``read_rows``, the names of the files a reader
+opens); no other code knows these names:
 
 - ``RunFolder``: everything a ``Trainer`` does to its folder (lock, config check, resume, the
   checkpoint index, the metrics log, pruning); it deletes only what it recorded writing;
-- ``read_run``: the one reader of a run folder (config, metrics, checkpoints), for plots, the lab,
-  the studies and the benchmarks.
+- ``export_run``: a finished run's record kept elsewhere (``data/runs/<name>``), for figures and tables.
 
 It keeps the folder consistent when runs crash, are killed, are started twice, or meet damage:
 
@@ -25,7 +26,6 @@ It keeps the folder consistent when runs crash, are killed, are started twice, o
   (or a second ``Trainer`` in the same process) is refused with the holder's process id;
 - ``atomic_write_text`` / ``append_row``: whole files are replaced by write-then-rename, rows
   are appended and flushed, so a kill leaves the old file or the new one, never a mix;
-- ``read_rows``: reads a ``.jsonl`` file and names the file and line of anything damaged;
 - ``config_changes``: what differs between a run's saved config and a new one.
 """
 
@@ -40,21 +40,26 @@ import socket
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
 import chz
-import pandas as pd
 
-from gemlab.config import CONFIG_FILE, Config, check_run_name, plain_number, read_saved_config
+from gemlab.config import CONFIG_FILE, Config, check_run_name, plain_number
+from gemlab.saved_runs import (
+    CHECKPOINTS_FILE,
+    CONFIG_CHANGES_FILE,
+    LOCAL_CHECKPOINTS_DIR,
+    METRICS_FILE,
+    WARMUP_FILE,
+    Rows,
+    RunFolderError,
+    read_rows,
+    saved_config,
+)
 
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS_FILE = "checkpoints.jsonl"
-CONFIG_CHANGES_FILE = "config_changes.jsonl"
 LOCK_FILE = ".lock"
-WARMUP_FILE = "warmup.jsonl"
-LOCAL_CHECKPOINTS_DIR = "checkpoints"  # the local backend's root when the Trainer makes the client
 MARKER_FILE = ".gemlab-run"  # this folder is a gemlab run; lists the checkpoint names gemlab saved here
 RECORDS_DIR = "checkpoint_records"  # <name>.jsonl per checkpoint: its index line, then the metrics rows up to it
 RECORD_COPIES = 2  # the newest records carry a copy of the metrics rows (older ones only their line)
@@ -68,10 +73,6 @@ RESUMABLE_FIELDS = frozenset(
 )
 # Fields whose change makes the saved weights unusable: never accepted on resume.
 WEIGHT_FIELDS = frozenset({"model_name", "lora_rank"})
-
-
-class RunFolderError(ValueError):
-    """The run folder cannot be used as asked; the message says why and what to do instead."""
 
 
 def os_reason(error: OSError) -> str:
@@ -110,36 +111,6 @@ def append_row(path: Path, row: dict[str, Any]) -> None:
         f.write(json.dumps(row) + "\n")
         f.flush()
         os.fsync(f.fileno())
-
-
-@dataclass
-class Rows:
-    """The readable rows of a ``.jsonl`` file, and a description of each damaged line."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    first_bad_line: int | None = None  # 1-based
-
-
-def read_rows(path: Path) -> Rows:
-    """Every readable row of ``path`` (none if it is missing); damaged lines named by file and line."""
-    result = Rows()
-    if not path.exists():
-        return result
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as error:
-            result.problems.append(f"{path} line {number} is damaged ({error.__class__.__name__}: {str(error)[:60]})")
-            result.first_bad_line = result.first_bad_line or number
-            continue
-        if result.first_bad_line is None:
-            result.rows.append(row)
-    return result
 
 
 # ----- one owner at a time ------------------------------------------------------------------
@@ -539,60 +510,3 @@ def _valid_line(line: dict[str, Any]) -> bool:
     return isinstance(step, int) and not isinstance(step, bool) and step > 0 and isinstance(line.get("state_path"), str) and bool(line["state_path"])
 
 
-# ----- the one reader of run folders ------------------------------------------------------------
-@dataclass
-class SavedRun:
-    """One run folder as read from disk: its settings, its metrics, its checkpoints."""
-
-    path: Path
-    config: dict
-    metrics: pd.DataFrame
-    checkpoints: list[dict] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        return self.path.name
-
-    @property
-    def steps_done(self) -> int:
-        return len(self.metrics)
-
-    @property
-    def status(self) -> str:
-        """``finished``, ``stopped`` (a checkpoint before ``max_steps``) or ``no checkpoint``."""
-        if not self.checkpoints:
-            return "no checkpoint"
-        last = int(self.checkpoints[-1]["step"])
-        return "finished" if last >= int(self.config.get("max_steps", 0)) else f"stopped at {last}"
-
-
-def is_run_folder(path: str | Path) -> bool:
-    """A folder holding a run's ``config.json`` and at least one line of ``metrics.jsonl``."""
-    metrics = Path(path) / METRICS_FILE
-    return (Path(path) / CONFIG_FILE).is_file() and metrics.is_file() and metrics.stat().st_size > 0
-
-
-def read_metrics(path: str | Path) -> pd.DataFrame:
-    """A run's metrics, one row per step, from its folder or its ``metrics.jsonl``."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / METRICS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no metrics at {path}: has this run done a step yet?")
-    return pd.DataFrame(read_rows(path).rows)
-
-
-def saved_config(path: str | Path, *, remedy: str = "repair it or move the folder aside") -> dict[str, Any]:
-    """``read_saved_config`` (a run's ``config.json`` or its folder) for the code that uses run
-    folders: a damaged file raises ``RunFolderError`` in one line that names the file and ``remedy``."""
-    try:
-        return read_saved_config(path)
-    except ValueError as error:
-        raise RunFolderError(f"{error}; {remedy}") from None
-
-
-def read_run(path: str | Path) -> SavedRun:
-    """Read one run folder: its config (under today's field names; settings a run predates take
-    their default, which is what it trained with), its metrics and its checkpoint index."""
-    path = Path(path)
-    return SavedRun(path=path, config=saved_config(path / CONFIG_FILE), metrics=read_metrics(path), checkpoints=read_rows(path / CHECKPOINTS_FILE).rows)

@@ -22,15 +22,8 @@ import pytest
 
 from gemlab import Trainer, make_config
 from tinker_emulator.checkpoints import STAGING_PREFIX
-from gemlab.run_folder import (
-    CHECKPOINTS_FILE,
-    METRICS_FILE,
-    RECORDS_DIR,
-    RunFolder,
-    RunFolderError,
-    export_run,
-    read_run,
-)
+from gemlab.run_folder import RECORDS_DIR, RunFolder, export_run
+from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, RunFolderError, read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "GEMLAB_THREADS": "1", "PYTHONPATH": str(ROOT), "TINKER_API_KEY": ""}
@@ -421,7 +414,7 @@ def test_a_ctrl_c_landing_in_a_finalizer_is_delivered_not_lost() -> None:
 
 RACE = """
 import dataclasses, sys
-from gemlab.run_folder import RunFolderError
+from gemlab.saved_runs import RunFolderError
 from gemlab.studies.definitions import study_runs
 from gemlab.studies.runner import run_studies
 import chz

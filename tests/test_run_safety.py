@@ -348,7 +348,7 @@ def test_a_field_added_after_the_run_started_counts_as_its_default(tmp_path: Pat
 def test_a_config_with_the_old_normalization_field_resumes_unchanged(tmp_path: Path) -> None:
     """``normalization`` was renamed ``advantage``: a run folder that saved the old name resumes
     without counting it as a change, and ``read_run`` shows it under the new name."""
-    from gemlab.run_folder import read_run
+    from gemlab.saved_runs import read_run
 
     run = _four_steps(tmp_path)
     saved = json.loads((run / "config.json").read_text())

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from gemlab.plots import LABELS, floor_y_span, smooth
-from gemlab.run_folder import SavedRun, is_run_folder
+from gemlab.saved_runs import SavedRun, is_run_folder
 
 # Config fields that say where a run lives, not what it does: never used to tell runs apart.
 BOOKKEEPING = ("log_dir", "run_name", "wandb_project", "save_every")

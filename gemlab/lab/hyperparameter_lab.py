@@ -25,7 +25,7 @@ from gemlab.lab.comparison import comparison_figure, figure_png, find_runs, live
 from gemlab.lab.controls import COMPARISONS, Controls
 from gemlab.lab.watch import play_saved_policy
 from gemlab.episodes import Episode
-from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
+from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
 from gemlab.trainer import Trainer, TrainingDiverged
 from gemlab.notebook.episode_views import episode_html
 from gemlab.notebook.redraw import RedrawBudget

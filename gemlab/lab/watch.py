@@ -10,7 +10,7 @@ from gemlab.config import Config
 from gemlab.envs import make_envs
 from tinker_emulator.checkpoints import SCHEME, WEIGHTS_FILE, folder_of
 from gemlab.episodes import Episode, Prompting, collect_episode
-from gemlab.run_folder import LOCAL_CHECKPOINTS_DIR, SavedRun
+from gemlab.saved_runs import LOCAL_CHECKPOINTS_DIR, SavedRun
 from gemlab.templates import get_template
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gemlab.config import CONFIG_FILE
-from gemlab.run_folder import read_metrics, saved_config
+from gemlab.saved_runs import read_metrics, saved_config
 from gemlab.studies import stats
 
 TARGET, LOWER, WINDOW, FINAL = 0.9, 0.8, 5, 10  # LOWER: a second threshold, for runs that stop short of 0.9

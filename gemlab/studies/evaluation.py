@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from gemlab.evaluate import evaluate_sampler
-from gemlab.run_folder import atomic_write_text, read_rows, rows_text
+from gemlab.run_folder import atomic_write_text, rows_text
+from gemlab.saved_runs import read_rows
 
 EVAL_FILE = "eval.jsonl"
 MODES = {"sampled": 1.0, "greedy": 0.0}  # mode -> temperature

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gemlab import plots
-from gemlab.run_folder import METRICS_FILE, read_run
+from gemlab.saved_runs import METRICS_FILE, read_run
 from gemlab.studies import stats
 from gemlab.studies.definitions import CONTRASTS, ENVIRONMENT_TITLES, ENVIRONMENTS, LEARNING_RATES, METHOD_LABELS, METHODS, SMOLLM2_LABELS
 from gemlab.studies.evaluation import read_evaluations

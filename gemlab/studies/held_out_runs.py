@@ -16,7 +16,7 @@ import numpy as np
 
 from gemlab.eval_curve import eval_points
 from gemlab.plots import t_half_width
-from gemlab.run_folder import read_run
+from gemlab.saved_runs import read_run
 
 Point = tuple[int, float, float, float]  # RL steps taken, held-out success, its Wilson 95% interval
 

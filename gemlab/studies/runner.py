@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from tqdm import tqdm
 
-from gemlab.run_folder import CHECKPOINTS_FILE, METRICS_FILE, append_row, read_rows
+from gemlab.run_folder import append_row
+from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, read_rows
 from gemlab.studies.definitions import Run
 from gemlab.studies.evaluation import evaluate_trainer, read_evaluations
 from gemlab.trainer import Trainer

@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from gemlab.config import Config, config_from_argv
-from gemlab.run_folder import RunFolderError, export_run
+from gemlab.run_folder import export_run
+from gemlab.saved_runs import RunFolderError
 from gemlab.studies.async_runs import SYNC, TARGET, WINDOW, Setting, contrasts, saved_runs, summarize, summarize_saved
 from gemlab.trainer import Trainer
 

@@ -32,7 +32,7 @@ import pandas as pd
 
 from gemlab.config import Config, check_key, parse_value
 from gemlab.plots import save_figure
-from gemlab.run_folder import RunFolderError
+from gemlab.saved_runs import RunFolderError
 from gemlab.studies.definitions import ENVIRONMENTS, LAPTOP_STUDIES, STEPS, STUDIES, TUNING_SEEDS, study_runs
 from gemlab.studies.figures import FIGURES, aggregate_table, best_learning_rates, contrast_table, outcome_table
 from gemlab.studies.runner import estimate_seconds, format_duration, read_timings, run_studies

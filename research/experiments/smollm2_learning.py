@@ -34,7 +34,8 @@ from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name, device_name
 from gemlab.eval_curve import eval_metrics
 from gemlab.evaluate import EvalResult, evaluate_trainer
-from gemlab.run_folder import export_run, read_run
+from gemlab.run_folder import export_run
+from gemlab.saved_runs import read_run
 from gemlab.studies.held_out_runs import mean_interval, recorded_seeds
 from gemlab.trainer import Trainer
 

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import tinker_emulator.checkpoints
 import gemlab.run_folder
+import gemlab.saved_runs
 import gemlab.trainer
 
 
@@ -104,7 +105,7 @@ def install(point: str, step: int, action: Callable[[], None]) -> None:
         real_replace, count = gemlab.run_folder.os.replace, [0]
 
         def replace(source: Any, target: Any) -> None:
-            if str(target).endswith(gemlab.run_folder.METRICS_FILE):
+            if str(target).endswith(gemlab.saved_runs.METRICS_FILE):
                 count[0] += 1
                 if count[0] == step:
                     action()

@@ -15,7 +15,7 @@ from gemlab.config import Config, make_config
 from gemlab.lab import HyperparameterLab
 from gemlab.lab.background import eta_seconds
 from gemlab.lab.comparison import comparison_figure, find_runs, run_labels, runs_table, wall_seconds
-from gemlab.run_folder import read_run
+from gemlab.saved_runs import read_run
 from gemlab.lab.controls import Controls
 
 DATA_RUNS = Path(__file__).resolve().parents[2] / "data" / "runs"
