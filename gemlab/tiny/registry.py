@@ -3,7 +3,8 @@ built; each is stored as an ordinary Hugging Face folder under ``assets/``.
 
 The Tinker emulator (``tinker_emulator``) loads these folders by name through ``assets/models.json``
 (name -> folder, description), which ``write_zoo`` writes from ``TINY_MODELS``: the emulator reads
-data here and imports no code, so it stands alone. ``python -m gemlab.tiny`` rewrites
+data here and imports no code, so it stands alone; the few names its code uses (``TINY``,
+``TINY_CHAT``, ``TINY_RANDOM``) are defined in ``tinker_emulator.models`` and imported here. ``python -m gemlab.tiny`` rewrites
 every folder (after a tokenizer change); ``python -m gemlab.tiny.pretrain`` retrains a base and
 rewrites the folders built from it.
 """
@@ -18,13 +19,13 @@ from pathlib import Path
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
+from tinker_emulator.models import TINY, TINY_CHAT, TINY_RANDOM
 
 ZOO = Path(__file__).parent / "assets"
 INDEX_FILE = ZOO / "models.json"  # what tinker_emulator reads: {name: {"folder": ..., "description": ...}}
 
-TINY = "gemlab/tiny"
-TINY_RANDOM = "gemlab/tiny-random"
-TINY_CHAT = "gemlab/tiny-chat"
+# The names the emulator's own code uses (its default model, the tiny model) are defined there and
+# imported above; the zoo's other names are defined here, once each.
 TINY_GUESS20 = "gemlab/tiny-guess20"
 TINY_PRODUCTS = "gemlab/tiny-products"
 TINY_SUMS = "gemlab/tiny-sums"

@@ -1,7 +1,9 @@
 """The tiny model zoo's one registry and its Hugging Face folders: the folders the emulator loads
 by name are what the model code builds, and the emulator's catalogue is the registry."""
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +27,19 @@ def test_the_catalogue_file_is_the_registry():
 
 def test_the_emulators_model_names_are_in_the_zoo():
     assert {tinker_emulator.TINY, tinker_emulator.TINY_CHAT, tinker_emulator.TINY_RANDOM} <= set(registry.TINY_MODELS)
+
+
+def test_each_zoo_name_is_written_once_in_the_code():
+    """A model name has one source: across gemlab/ and tinker_emulator/, each ``gemlab/tiny*`` name
+    is assigned to a module-level constant in one place only (the others import it)."""
+    root = Path(__file__).resolve().parents[2]
+    where: dict[str, list[str]] = {}
+    for path in sorted([*(root / "gemlab").rglob("*.py"), *(root / "tinker_emulator").rglob("*.py")]):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in registry.TINY_MODELS:
+                where.setdefault(node.value.value, []).append(f"{path.relative_to(root)}:{node.lineno}")
+    assert set(where) == set(registry.TINY_MODELS), where
+    assert {name: places for name, places in where.items() if len(places) > 1} == {}
 
 
 @pytest.mark.parametrize("name", list(registry.TINY_MODELS))
