@@ -31,11 +31,8 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from gemlab.doctor import cpu_name  # noqa: E402
-from tests.helpers.http_server import ServerProcess, offline_server  # noqa: E402
+from gemlab.doctor import cpu_name
+from tinker_emulator.workshop_server.process import ServerProcess, offline_server
 
 CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's program
 

@@ -180,3 +180,17 @@ def test_gemlabs_progress_bars_are_text_bars() -> None:
     files = sorted([*PACKAGE.rglob("*.py"), *EMULATOR.rglob("*.py")])
     found = {module_name(path): widget_bar_imports(path.read_text()) for path in files}
     assert not {name: bars for name, bars in found.items() if bars}, found
+
+
+def test_scripts_import_nothing_from_the_tests() -> None:
+    """Benchmarks, experiment drivers and examples run from an install: they import the packages
+    (gemlab, tinker_emulator) and libraries, never ``tests``."""
+    root = PACKAGE.parent
+    scripts = sorted([*(root / "benchmarks").glob("*.py"), *(root / "research" / "experiments").glob("*.py"), *(root / "examples").glob("*.py")])
+    assert len(scripts) > 10
+    found = set()
+    for path in scripts:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found |= {f"{path.relative_to(root)} imports {n}" for n in names if n == "tests" or n.startswith("tests.")}
+    assert not found, "move what a script needs out of tests/: " + "; ".join(sorted(found))
