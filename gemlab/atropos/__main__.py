@@ -64,7 +64,8 @@ async def main_async(argv: list[str]) -> int:
         say(
             f"gemlab.atropos: serving {config.served_model_name or config.model_name!r} at {trainer.server.url}; start environments with "
             f"--env.rollout_server_url {config.api_url} --openai.base_url {trainer.server.url} --openai.server_type sglang "
-            f"--openai.model_name {config.served_model_name or config.model_name} --openai.api_key {config.serve_api_key or 'local'} --openai.tokenizer_name {tokenizer_dir} --env.tokenizer_name {tokenizer_dir}"
+            f"--openai.model_name {config.served_model_name or config.model_name} --openai.api_key {config.serve_api_key or 'local'} "
+            f"--openai.tokenizer_name {tokenizer_dir} --env.tokenizer_name {tokenizer_dir}"
         )
         await trainer.run(on_step=lambda m: say(_line(m)))
     except asyncio.CancelledError:

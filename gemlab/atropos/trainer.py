@@ -24,7 +24,8 @@ from gemlab.config import CONFIG_FILE
 from gemlab.episodes import RolloutBatch
 from gemlab.openai_endpoint import BackgroundServer, Limits, SamplerSlot, create_app
 from gemlab.openai_endpoint.guard import allowed_hosts_for
-from gemlab.run_folder import RunFolder, RunFolderError, config_changes, describe_changes
+from gemlab.run_folder import RunFolder, config_changes, describe_changes
+from gemlab.saved_runs import RunFolderError
 from gemlab.step import StepResult, train_step
 
 
@@ -32,7 +33,9 @@ class BatchSampling:
     """Where a step's batch comes from: ``run-api``'s ``/batch``, checked and versioned
     (``groups.convert``). After each update the endpoint is handed the new weights."""
 
-    def __init__(self, api: ApiClient, training_client: Any, slot: SamplerSlot, book: VersionBook, config: AtroposConfig, vocab_size: int, *, clock: float, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, api: ApiClient, training_client: Any, slot: SamplerSlot, book: VersionBook, config: AtroposConfig, vocab_size: int, *, clock: float, say: Callable[[str], None]
+    ) -> None:
         self.api, self.training_client, self.slot, self.book, self.config = api, training_client, slot, book, config
         self.vocab_size, self.clock, self.say = vocab_size, clock, say
         self.last = Converted()
