@@ -26,8 +26,7 @@ import psutil
 import zstandard
 from tinker.proto import tinker_public_pb2 as pb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.helpers.http_server import ServerProcess  # noqa: E402
+from tinker_emulator.workshop_server.process import ServerProcess
 
 RESULTS: dict[str, list[bool]] = defaultdict(list)
 NEW_SESSION = {"tags": [], "user_metadata": {}, "sdk_version": "sweep"}
