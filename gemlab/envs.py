@@ -22,11 +22,13 @@ import gem  # noqa: E402
 from gem.envs.registration import ENV_REGISTRY  # noqa: E402
 
 from gemlab.env_variants import register_variants  # noqa: E402
+from gemlab.tool_sandbox import register_wrapper  # noqa: E402
 
 logging.getLogger().handlers[:] = _root_handlers
 logging.getLogger().setLevel(_root_level)
 
 register_variants()
+register_wrapper()  # env_wrappers="python_tool_sandboxed": GEM's python tool, its code run sandboxed
 
 
 def known_env_ids() -> list[str]:

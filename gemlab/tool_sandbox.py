@@ -1,0 +1,311 @@
+"""GEM's python tool, run sandboxed: ``python_tool_env(env)`` and the wrapper name ``python_tool_sandboxed``.
+
+The model's code runs on the learner's own machine, so gemlab wraps GEM's ``ToolEnvWrapper`` and
+``PythonCodeTool`` (both unmodified) in a step that puts a folder of gemlab's own first on ``PATH``.
+GEM runs ``python -c CODE`` (sandbox "none") or ``bwrap ... python -c CODE`` (sandbox "bwrap") by
+name from a copy of ``os.environ``, so it finds gemlab's supervisor (gemlab/tool_sandbox_shim.py) under
+either name. ``PATH`` is process-wide: it changes only while a tool step runs, under a lock, and is
+put back on any exception (a thread of the trainer that starts ``python`` during that step meets the
+supervisor too).
+
+What holds in both modes (Linux; macOS keeps the limits, the session and the cleanup):
+
+- the code runs in a fresh folder under the system temp dir, never the trainer's folder, removed
+  afterwards; HOME and TMPDIR point there; stdin is /dev/null;
+- rlimits: CPU seconds (timeout + 1), 1 GiB of address space a process, 16 MiB a file, 64 open
+  files, no core dumps; 64 processes at most, by RLIMIT_NPROC where the trainer is not root, and by
+  a pids cgroup where one can be made (usually as root; a memory cgroup beside it bounds the run to
+  2 GiB in all). As root without a cgroup, a fork bomb's count is bounded only by the timeout;
+- the tool's ``timeout`` (1 to 8 s) is enforced: GEM's ``run_python`` does not pass it on and kills
+  a run at 10 s whatever it is (the 2 s left are the supervisor's, to start and clean up). At the
+  timeout, or once stdout or stderr passes 64 KiB (the rest becomes one line ``[output cut at 65536
+  bytes]``), every process of the run is killed: its session, and every process below the
+  supervisor (their subreaper), so none is left behind, a ``setsid`` daemon included;
+- the output reaches GEM as valid UTF-8: GEM decodes it strictly, and a stray byte would raise
+  inside the trainer.
+
+"bwrap" (Debian's bubblewrap installed and able to run GEM's command here): GEM's command
+(``--unshare-all``: no network, its own processes and /proc; only the Python install and system
+libraries visible, read-only; writes land in a throwaway tmpfs, in memory, bounded by the memory
+cgroup where there is one, else only by time) plus ``--die-with-parent``, so the code dies with
+the step even if the trainer is killed. The trainer's files, environment and processes are out of
+sight.
+
+"none" (no working bubblewrap): GEM's string blocklist of imports (easily bypassed, e.g.
+``__import__('os')``), plus what the OS allows, probed once:
+
+- Linux namespaces (``unshare`` with a user namespace where the kernel allows one): no network,
+  its own processes and /proc, which die with the step;
+- Landlock (Linux 5.13+): writes only in its folder, reads and runs only the Python install and
+  the system folders (/usr, /lib...; not /etc, not the user's files), no TCP connection (6.7+),
+  no signal to a process outside (6.12+).
+
+Without either (macOS, a container that forbids both), the code runs as the trainer's user: it can
+read and write whatever that user can by absolute path, reach the network and signal the user's
+processes; only the limits above hold. Landlock without a network namespace leaves UDP and Unix
+sockets open. ``describe_sandbox()`` says which of these hold here.
+
+GEM itself still makes (and removes) an empty ``tmp*`` folder in the trainer's current folder for
+each run (``tempfile.mkdtemp(dir=".")``), as it always does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, SupportsFloat
+
+from gem.core import Env, EnvWrapper
+from gem.tools.python_code_tool import PythonCodeTool
+from gem.tools.tool_env_wrapper import ToolEnvWrapper
+from gem.utils.sandbox import DEFAULT_TIMEOUT, run_python
+
+#: The name ``Config.env_wrappers`` knows this wrapper by (registered with GEM by gemlab.envs).
+WRAPPER_NAME = "python_tool_sandboxed"
+#: Chooses the mode: unset or ``auto`` (bwrap where it works, else none), ``bwrap``, or ``none``.
+MODE_VARIABLE = "GEMLAB_TOOL_SANDBOX"
+MEMORY_BYTES = 1 << 30
+#: The memory cgroup's bound on a run's processes together: above one process's, so that a single
+#: process meets its address-space limit (a MemoryError) before the cgroup's reclaim slows it down.
+RUN_MEMORY_BYTES = 2 * MEMORY_BYTES
+FILE_BYTES = 16 << 20
+OUTPUT_BYTES = 64 << 10
+PROCESSES = 64
+#: The longest tool timeout: GEM's ``run_python`` kills a run at its own DEFAULT_TIMEOUT (10 s) whatever
+#: the tool's timeout, and the supervisor needs a moment to start and to clean up before that.
+MAX_TIMEOUT = DEFAULT_TIMEOUT - 2
+#: What Landlock lets the code read and run, besides the Python install.
+SYSTEM_DIRS = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin"]
+SHIM = Path(__file__).with_name("tool_sandbox_shim.py")
+_step_lock = threading.RLock()
+
+
+@functools.cache
+def _namespaces() -> list[str]:
+    """The ``unshare`` prefix that runs here (no network, own process tree), or [] where none does."""
+    unshare = shutil.which("unshare")
+    if not sys.platform.startswith("linux") or unshare is None:
+        return []
+    isolate = ["--net", "--pid", "--fork", "--kill-child"]
+    for user in (["--user", "--map-current-user"], ["--user", "--map-root-user"], []):  # --map-current-user: util-linux 2.38+
+        for proc in (["--mount-proc"], []):  # a container may forbid mounting a /proc of its own
+            prefix = [unshare, *user, *isolate, *proc]
+            try:
+                if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
+                    return prefix
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+    return []
+
+
+@functools.cache
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0 where it has none)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    return max(0, libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+@functools.cache
+def _cgroups() -> list[tuple[str, dict[str, str]]]:
+    """The cgroup folders below which a run can get its own pids/memory limits (usually only as root):
+    each ``(parent folder, {limit file: value})`` that was tried here (made, limited, joined, removed)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    in_all = str(RUN_MEMORY_BYTES)
+    wanted = {"pids": {"pids.max": str(PROCESSES)}, "memory": {"memory.limit_in_bytes": in_all}}
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").exists():  # cgroup v2
+            candidates.append((f"/sys/fs/cgroup{path}", {"pids.max": str(PROCESSES), "memory.max": in_all}))
+        for controller in set(controllers.split(",")) & set(wanted):  # cgroup v1
+            candidates.append((f"/sys/fs/cgroup/{controller}{path}", wanted[controller]))
+    return [(parent, limits) for parent, limits in candidates if _cgroup_works(parent, limits)]
+
+
+def _cgroup_works(parent: str, limits: dict[str, str]) -> bool:
+    trial = Path(parent) / f"gemlab-tool-trial-{os.getpid()}"
+    try:
+        trial.mkdir()
+    except OSError:
+        return False
+    try:
+        for name, value in limits.items():
+            (trial / name).write_text(value)
+        joined = subprocess.run(["sh", "-c", 'echo $$ > "$0/cgroup.procs"', str(trial)], capture_output=True, timeout=10)
+        return joined.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        for _ in range(100):  # a cgroup can be removed once its last process is reaped
+            try:
+                trial.rmdir()
+                break
+            except OSError:
+                time.sleep(0.01)
+
+
+@functools.cache
+def _shim_root() -> Path:
+    """gemlab's folder for the supervisors, made once per process under the system temp dir."""
+    root = Path(tempfile.mkdtemp(prefix="gemlab-tool-sandbox-"))
+    owner = os.getpid()
+
+    def clean_up() -> None:
+        if os.getpid() != owner:
+            return
+        shutil.rmtree(root, ignore_errors=True)
+        # what a supervisor killed mid-run (by GEM's own 10 s limit, say) could not remove itself
+        for run_folder in root.parent.glob(f"{root.name}-run-*"):
+            shutil.rmtree(run_folder, ignore_errors=True)
+        for parent, _ in _cgroups():
+            for cgroup in Path(parent).glob(f"{root.name}-*"):
+                try:
+                    cgroup.rmdir()
+                except OSError:
+                    pass
+
+    atexit.register(clean_up)
+    return root
+
+
+@functools.cache
+def _shim_folder(timeout: int) -> str:
+    """The folder put first on PATH for tools of this ``timeout``: ``python``, ``bwrap``, ``confine``, ``config.json``."""
+    interpreter = sys.executable
+    if any(character.isspace() for character in interpreter) or len(interpreter) > 200:
+        raise RuntimeError(f"the python tool's sandbox needs an interpreter path without spaces, under 200 characters: {interpreter!r}")
+    folder = _shim_root() / f"timeout-{timeout}"
+    folder.mkdir()
+    real_bwrap = shutil.which("bwrap")
+    config = {
+        "folder": str(folder), "timeout": timeout, "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
+        "output_bytes": OUTPUT_BYTES, "processes": PROCESSES, "namespaces": _namespaces(), "landlock": _landlock_abi(),
+        "system_dirs": SYSTEM_DIRS, "cgroups": _cgroups(), "prefix": _shim_root().name, "bwrap": real_bwrap,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    shim = folder / "python"
+    shim.write_text(f"#!{interpreter} -IS\n" + SHIM.read_text())
+    shim.chmod(0o500)
+    for name in ("bwrap", "confine"):
+        (folder / name).symlink_to("python")
+    return str(folder)
+
+
+@contextmanager
+def sandbox_in_force(timeout: int) -> Iterator[None]:
+    """While inside, GEM's python tool finds gemlab's supervisor as ``python`` and ``bwrap``."""
+    with _step_lock:
+        folder = _shim_folder(timeout)
+        before = os.environ.get("PATH")
+        os.environ["PATH"] = os.pathsep.join(filter(None, (folder, before)))
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("PATH", None)
+            else:
+                os.environ["PATH"] = before
+
+
+@functools.cache
+def _bwrap_problem() -> str:
+    """'' where GEM's bwrap sandbox runs this interpreter here, else why not."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    try:
+        with sandbox_in_force(MAX_TIMEOUT):
+            ran, stdout, stderr = run_python("print(1)", "bwrap")
+    except OSError as error:
+        return f"bubblewrap could not run GEM's command here: {error}"
+    if (ran, stdout) != (True, "1\n"):
+        return f"bubblewrap is installed but GEM's command fails here: {(stderr or stdout).strip().splitlines()[-1:]}"
+    return ""
+
+
+def sandbox_mode() -> str:
+    """``"bwrap"`` where Debian's bubblewrap is installed and runs GEM's command (checked once), else
+    ``"none"``; ``GEMLAB_TOOL_SANDBOX=none`` or ``=bwrap`` forces one."""
+    wanted = os.environ.get(MODE_VARIABLE, "auto").strip() or "auto"
+    if wanted not in ("auto", "bwrap", "none"):
+        raise ValueError(f"{MODE_VARIABLE} must be auto, bwrap or none, got {wanted!r}")
+    if wanted == "none":
+        return "none"
+    problem = _bwrap_problem()
+    if wanted == "bwrap" and problem:
+        raise ValueError(f"{MODE_VARIABLE}=bwrap but {problem}")
+    return "none" if problem else "bwrap"
+
+
+def describe_sandbox() -> str:
+    """One line: which sandbox runs the python tool's code here and what it enforces."""
+    limits = f"limits: the tool's timeout, {MEMORY_BYTES >> 30} GiB a process, {FILE_BYTES >> 20} MiB a file, {OUTPUT_BYTES >> 10} KiB of output"
+    cgroup_files = {name for _, files in _cgroups() for name in files}
+    if "pids.max" in cgroup_files or (sys.platform.startswith("linux") and os.getuid() != 0):
+        limits += f", {PROCESSES} processes"
+    if cgroup_files - {"pids.max"}:
+        limits += f", {RUN_MEMORY_BYTES >> 30} GiB in all"
+    if sandbox_mode() == "bwrap":
+        return f"python tool sandbox: bwrap (bubblewrap: no network, sees only the Python install and system libraries, read-only; dies with the trainer); {limits}"
+    held = ["GEM's import blocklist", "a temp folder outside your files"]
+    if _namespaces():
+        held.append("no network and its own processes (namespaces)")
+    if _landlock_abi():
+        held.append("writes only in its folder, reads only Python and /usr (Landlock)")
+    missing = [] if _landlock_abi() else ["can read and write your files by absolute path"]
+    if not _namespaces() and _landlock_abi() < 4:
+        missing.append("has network")
+    if "--pid" not in _namespaces() and _landlock_abi() < 6:
+        missing.append("can signal your processes")
+    why = _bwrap_problem() if os.environ.get(MODE_VARIABLE, "auto") != "none" else f"{MODE_VARIABLE}=none"
+    line = f"python tool sandbox: none ({why}); {', '.join(held)}; {limits}"
+    return line + (f"; NOT held: {', '.join(missing)}" if missing else "")
+
+
+class SandboxedTool(EnvWrapper):
+    """Runs the wrapped env's ``step`` (and only it) with gemlab's supervisor on PATH."""
+
+    def __init__(self, env: Env, timeout: int):
+        super().__init__(env)
+        self.timeout = timeout
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return self.env.reset(seed=seed)
+
+    def step(self, action: str, **kwargs: Any) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        with sandbox_in_force(self.timeout):
+            return self.env.step(action, **kwargs)
+
+
+def python_tool_env(env: Env, *, timeout: int = 5, max_tool_uses: int = 1, tool_reward: float = 0.0, tool_success_reward: float = 0.0) -> Env:
+    """``env`` with GEM's python tool (``ToolEnvWrapper`` + ``PythonCodeTool``), its code run sandboxed."""
+    if os.name != "posix":
+        raise RuntimeError("the sandboxed python tool needs Linux or macOS: GEM would run the model's code unconfined here")
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_TIMEOUT:
+        raise ValueError(f"timeout must be a whole number of seconds from 1 to {MAX_TIMEOUT} (GEM kills the tool at {DEFAULT_TIMEOUT} s), got {timeout!r}")
+    tool = PythonCodeTool(timeout=timeout, sandbox_type=sandbox_mode())
+    tools = ToolEnvWrapper(env, tools=[tool], tool_reward=tool_reward, tool_success_reward=tool_success_reward, max_tool_uses=max_tool_uses)
+    return SandboxedTool(tools, timeout)
+
+
+def register_wrapper() -> None:
+    """Let GEM's wrapper lists (``Config.env_wrappers``) name ``python_tool_sandboxed``."""
+    from gem.wrappers.wrapper_factory import WRAPPER_FACTORY
+
+    WRAPPER_FACTORY.setdefault(WRAPPER_NAME, python_tool_env)
