@@ -3,8 +3,8 @@
 The model's code runs on the learner's own machine, so gemlab wraps GEM's ``ToolEnvWrapper`` and
 ``PythonCodeTool`` (both unmodified) in a step that puts a folder of gemlab's own first on ``PATH``.
 GEM runs ``python -c CODE`` (sandbox "none") or ``bwrap ... python -c CODE`` (sandbox "bwrap") by
-name from a copy of ``os.environ``, so it finds gemlab's supervisor (gemlab/tool_sandbox_shim.py) under
-either name. ``PATH`` is process-wide: it changes only while a tool step runs, under a lock, and is
+name from a copy of ``os.environ``, so it finds gemlab's supervisor (gemlab/tool_sandbox_supervisor.py)
+under either name. ``PATH`` is process-wide: it changes only while a tool step runs, under a lock, and is
 put back on any exception (a thread of the trainer that starts ``python`` during that step meets the
 supervisor too).
 
@@ -54,7 +54,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -88,7 +87,8 @@ PROCESSES = 64
 MAX_TIMEOUT = DEFAULT_TIMEOUT - 2
 #: What Landlock lets the code read and run, besides the Python install.
 SYSTEM_DIRS = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin"]
-SHIM = Path(__file__).with_name("tool_sandbox_shim.py")
+SUPERVISOR = Path(__file__).with_name("tool_sandbox_supervisor.py")
+CONFINE = Path(__file__).with_name("tool_sandbox_confine.py")
 _step_lock = threading.RLock()
 
 
@@ -187,24 +187,26 @@ def _shim_root() -> Path:
 
 @functools.cache
 def _shim_folder(timeout: int) -> str:
-    """The folder put first on PATH for tools of this ``timeout``: ``python``, ``bwrap``, ``confine``, ``config.json``."""
+    """The folder put first on PATH for tools of this ``timeout``: the supervisor as ``python`` and
+    ``bwrap``, and ``confine``, each with this folder's settings written in."""
     interpreter = sys.executable
     if any(character.isspace() for character in interpreter) or len(interpreter) > 200:
         raise RuntimeError(f"the python tool's sandbox needs an interpreter path without spaces, under 200 characters: {interpreter!r}")
     folder = _shim_root() / f"timeout-{timeout}"
     folder.mkdir()
-    real_bwrap = shutil.which("bwrap")
     config = {
         "folder": str(folder), "timeout": timeout, "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
         "output_bytes": OUTPUT_BYTES, "processes": PROCESSES, "namespaces": _namespaces(), "landlock": _landlock_abi(),
-        "system_dirs": SYSTEM_DIRS, "cgroups": _cgroups(), "prefix": _shim_root().name, "bwrap": real_bwrap,
+        "system_dirs": SYSTEM_DIRS, "cgroups": _cgroups(), "prefix": _shim_root().name, "bwrap": shutil.which("bwrap"),
     }
-    (folder / "config.json").write_text(json.dumps(config))
-    shim = folder / "python"
-    shim.write_text(f"#!{interpreter} -IS\n" + SHIM.read_text())
-    shim.chmod(0o500)
-    for name in ("bwrap", "confine"):
-        (folder / name).symlink_to("python")
+    for name, script in (("python", SUPERVISOR), ("confine", CONFINE)):
+        source = script.read_text()
+        marker = "CONFIG: dict = {}"
+        if source.count(marker) != 1:
+            raise RuntimeError(f"{script} must hold the line {marker!r} exactly once")
+        (folder / name).write_text(f"#!{interpreter} -IS\n" + source.replace(marker, f"CONFIG: dict = {config!r}"))
+        (folder / name).chmod(0o500)
+    (folder / "bwrap").symlink_to("python")
     return str(folder)
 
 

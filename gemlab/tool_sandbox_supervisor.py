@@ -1,34 +1,33 @@
 """The supervisor gemlab puts first on PATH, as ``python`` and ``bwrap``, while GEM's python tool runs.
 
-gemlab/tool_sandbox.py copies this file into a folder of its own under the system temp dir, with the
-real interpreter's shebang, beside a ``config.json`` (limits, and what it found the OS allows) and
-two links to it, ``bwrap`` and ``confine``. Standard library only: it never imports gemlab.
+gemlab/tool_sandbox.py copies this file (and tool_sandbox_confine.py) into a folder of its own under
+the system temp dir, with the real interpreter's shebang and this folder's ``CONFIG`` filled in (the
+limits, and what it found the OS allows), and links ``bwrap`` to it. Standard library only, never
+gemlab, and few modules: it starts before every run of the model's code.
 
 Called as ``python ARGS`` (GEM's "none" sandbox): runs ``[unshare ...] confine ARGS`` in a fresh temp
-folder; ``confine`` applies Landlock where the kernel has it, then execs the real interpreter with
-ARGS. Called as ``bwrap ARGS`` (GEM's "bwrap" sandbox): runs the real bwrap with ``--die-with-parent``
-and ARGS. Either way the child gets rlimits (CPU seconds, address space, file size, open files,
-processes, no core dumps), its own session, a pids/memory cgroup where one can be made, and stdin
-from /dev/null; its stdout and stderr are passed on up to a cap, as valid UTF-8 (GEM decodes them
-strictly); at the timeout or the cap every process it started is killed, and its folder removed.
+folder; ``confine`` applies Landlock where the kernel has it, then becomes the real interpreter with
+ARGS. Called as ``bwrap ARGS`` (GEM's "bwrap" sandbox): runs the real bwrap with
+``--die-with-parent`` and ARGS. Either way the child gets rlimits (CPU seconds, address space, file
+size, open files, processes, no core dumps), no new privileges, its own session, a pids/memory
+cgroup where one can be made, and stdin from /dev/null; its stdout and stderr are passed on up to a
+cap, as valid UTF-8 (GEM decodes them strictly); at the end (its exit, the timeout or the cap) every
+process of the run is killed, and its folder removed.
 """
-
-from __future__ import annotations
 
 import codecs
 import ctypes
-import json
 import os
 import resource
 import selectors
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
+CONFIG: dict = {}  # gemlab/tool_sandbox.py writes this folder's settings here
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
 LINUX = sys.platform.startswith("linux")
 LIBC = ctypes.CDLL(None, use_errno=True) if LINUX else None
@@ -37,11 +36,6 @@ LIBC = ctypes.CDLL(None, use_errno=True) if LINUX else None
 def prctl(option: int, value: int) -> None:
     if LIBC is not None and LIBC.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
-
-
-def load_config() -> dict:
-    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "config.json")) as file:
-        return json.load(file)
 
 
 def user_tasks() -> int:
@@ -82,6 +76,7 @@ def limits_in_child(config: dict, cgroups: list[str], tasks: int) -> None:
     if os.getuid() != 0 and tasks:  # root is exempt from RLIMIT_NPROC; the cgroup bounds it there
         resource.setrlimit(resource.RLIMIT_NPROC, (tasks + config["processes"],) * 2)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid program (su, sudo) gains anything inside
 
 
 def descendants() -> list[int]:
@@ -101,6 +96,18 @@ def descendants() -> list[int]:
     return found
 
 
+def has_children() -> bool:
+    """Whether any process is left below this one: all of them descend from a child of this one
+    (their subreaper), so none is left once it has no child (zombies are reaped on the way)."""
+    try:
+        while True:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return True
+    except ChildProcessError:
+        return False
+
+
 def kill_all(child: subprocess.Popen) -> None:
     """Kill the child's session and, on Linux, every process below this one, until none is left."""
     try:
@@ -111,7 +118,7 @@ def kill_all(child: subprocess.Popen) -> None:
     if not LINUX:
         return
     for _ in range(200):
-        left = descendants()
+        left = descendants() if has_children() else []
         if not left:
             return
         for pid in left:
@@ -201,7 +208,7 @@ def relay(child: subprocess.Popen, config: dict) -> str:
             sent[key.fd] += len(data)
             if len(data) > room:
                 return f"\n[output cut at {cap} bytes]\n"
-        if child.poll() is not None and LINUX:  # what it left running would hold the pipes open
+        if child.poll() is not None and LINUX and has_children():  # what it left running holds the pipes open
             for pid in descendants():
                 if pid != child.pid:
                     try:
@@ -211,58 +218,12 @@ def relay(child: subprocess.Popen, config: dict) -> str:
     return ""
 
 
-# Landlock (Linux 5.13+): the rights of each ABI version, and those that apply to a file.
-EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1, 2, 4, 8
-REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
-FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
-
-
-def landlock(abi: int, writable: str, readable: list[str]) -> None:
-    """Let this process and its children write only below ``writable``, read and run only below
-    ``readable``, make no TCP connection (ABI 4+) and signal no process outside (ABI 6+)."""
-    handled = (1 << 13) - 1 | (REFER if abi >= 2 else 0) | (TRUNCATE if abi >= 3 else 0) | (IOCTL_DEV if abi >= 5 else 0)
-    attr = struct.pack("=QQQ", handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[: 8 if abi < 4 else 16 if abi < 6 else 24]
-    ruleset = LIBC.syscall(ctypes.c_long(444), ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
-    if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    rules = [(path, READ_FILE | READ_DIR | EXECUTE) for path in readable] + [(writable, handled), (os.devnull, READ_FILE | WRITE_FILE | TRUNCATE)]
-    for path, access in rules:
-        try:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        except FileNotFoundError:
-            continue
-        if not os.path.isdir(path):
-            access &= FILE_RIGHTS
-        rule = struct.pack("=Qi", access & handled, fd)
-        added = LIBC.syscall(ctypes.c_long(445), ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.c_char_p(rule), ctypes.c_uint32(0))
-        os.close(fd)
-        if added != 0:
-            raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if LIBC.syscall(ctypes.c_long(446), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-        raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-
-
-def confine(config: dict, args: list[str]) -> None:
-    """Inside the namespaces: apply Landlock where the config says the kernel has it, then become
-    the real interpreter running ``args``."""
-    if config["landlock"]:
-        script = [os.path.abspath(args[0])] if args and not args[0].startswith("-") else []  # GEM's file for long code
-        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
-        landlock(config["landlock"], os.getcwd(), sorted(prefixes) + config["system_dirs"] + script)
-    os.execv(sys.executable, [sys.executable, *args])
-
-
 def main() -> int:
-    config = load_config()
-    name = os.path.basename(sys.argv[0])
     try:
-        if name == "confine":
-            confine(config, sys.argv[1:])
-        if name == "bwrap":
-            return supervise(config, [config["bwrap"], "--die-with-parent", *sys.argv[1:]])
-        here = os.path.join(config["folder"], "confine")
-        return supervise(config, [*config["namespaces"], sys.executable, "-I", "-S", here, *sys.argv[1:]])
+        if os.path.basename(sys.argv[0]) == "bwrap":
+            return supervise(CONFIG, [CONFIG["bwrap"], "--die-with-parent", *sys.argv[1:]])
+        confine = os.path.join(CONFIG["folder"], "confine")
+        return supervise(CONFIG, [*CONFIG["namespaces"], sys.executable, "-I", "-S", confine, *sys.argv[1:]])
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # a sandbox that cannot be set up runs nothing
