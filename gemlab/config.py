@@ -19,11 +19,11 @@ from typing import Any, Callable
 import chz
 import numpy as np
 
-from gemlab.env_ids import GUESS_EASY, SUMS_TEST, SUMS_TRAIN
+from gemlab.env_ids import GUESS_EASY, PRODUCTS_TEST, PRODUCTS_TRAIN, SUMS_TEST, SUMS_TRAIN
 from gemlab.returns import ADVANTAGES
 from gemlab.templates import TEMPLATES
 
-WARMUP_DATA = ("scripted", "own_answers")  # where the SFT warm-up's examples come from (gemlab/warmup.py)
+WARMUP_DATA = ("scripted", "own_answers", "own_code")  # where the SFT warm-up's examples come from (gemlab/warmup.py)
 
 CONFIG_FILE = "config.json"  # a run folder's saved config (gemlab/run_folder.py reads run folders)
 BACKENDS = ("auto", "local", "tinker")
@@ -211,7 +211,7 @@ class Config:
     warmup_data: str = chz.field(
         default="scripted",
         validator=_one_of(WARMUP_DATA),
-        doc="'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, last integer as \\boxed{N} (any env, no labels)",
+        doc="'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, last integer as \\boxed{N} (any env, no labels); 'own_code': the model's answers cut after their first Python block (tool envs, no labels)",
     )
     # a fixed evaluation during the run (gemlab/evaluate.py), logged in the step's metrics as eval/*,
     # and of the base model and after the warm-up, logged in step 0's row (gemlab/eval_curve.py)
@@ -322,6 +322,30 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_learning_rate=1e-3,
         warmup_data="own_answers",
         max_steps=60,
+    ),
+    # SmolLM2-135M-Instruct learning to use GEM's python tool on products it cannot do in its head,
+    # scored on held-out products: a label-free warm-up on its own code blocks, then GRPO over whole
+    # two-turn episodes (write code, read its output, answer), the episode as one conversation
+    "smollm2-tool": dict(
+        LAPTOP,
+        model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+        env_id=PRODUCTS_TRAIN,
+        eval_env_id=PRODUCTS_TEST,
+        env_wrappers="python_tool_no_int_reward",
+        eval_every=10,
+        template="chat_turns",
+        learning_rate=5e-4,
+        max_tokens=48,
+        num_env=64,
+        batch_size=128,  # 64 two-turn episodes; while the model seldom calls the tool, two rounds of 64
+        group_size=16,
+        advantage="grpo",
+        gamma=1.0,
+        warmup_steps=2,
+        warmup_batch_size=32,
+        warmup_learning_rate=1e-3,
+        warmup_data="own_code",
+        max_steps=100,
     ),
 }
 

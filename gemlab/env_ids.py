@@ -14,4 +14,6 @@ DIFFS_1DIGIT = "rg:diffs-1digit"
 DIFFS_TRAIN, DIFFS_TEST = f"{DIFFS_1DIGIT}-train", f"{DIFFS_1DIGIT}-test"
 TIMES_1DIGIT = "rg:times-1digit"
 TIMES_TRAIN, TIMES_TEST = f"{TIMES_1DIGIT}-train", f"{TIMES_1DIGIT}-test"
+PRODUCTS_3X2 = "math:products-3x2"  # a three-digit times a two-digit number, for GEM's python tool
+PRODUCTS_TRAIN, PRODUCTS_TEST = f"{PRODUCTS_3X2}-train", f"{PRODUCTS_3X2}-test"
 OFFLINE_MATH = "math:GSMSymbolic"  # GEM's math env on word problems made offline (gemlab/offline_math.py)

@@ -39,6 +39,13 @@
   learn from), half from ``rg:sums-to20-train`` (too many to learn one by one), so that RL on it
   has to learn addition rather than 57 answers; the held-out one-digit sums stay out of both.
 
+- ``math:products-3x2-train`` and ``math:products-3x2-test``: products of a three-digit and a
+  two-digit number (``What is 347 * 58?``), asked for as one line of Python that prints the answer;
+  a pair belongs to the test side when ``(a + b) % 8 == 0`` (about 10,000 pairs), to the train side
+  otherwise, so no held-out problem is ever trained on. The answer counts inside ``\\boxed{}``
+  (1.0 right, 0.0 otherwise; one answer ends the episode). SmolLM2-135M cannot multiply these in
+  its head (0 of 16); with GEM's python tool (``env_wrappers=python_tool_sandboxed``) it can.
+
 Their ids are in ``gemlab.env_ids``. Importing ``gemlab.envs`` registers them all, so ``python -m gemlab.train env_id=...`` knows them.
 """
 
@@ -47,9 +54,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from gem.core import Env
 from gem.envs.game_env.guess_the_number import GuessTheNumberEnv
 from gem.envs.reasoning_gym import ReasoningGymEnv
 from gem.envs.registration import ENV_REGISTRY, register
+from gem.utils.parsing import extract_last_boxed_answer
 
 from gemlab.env_ids import (
     DIFFS_TEST,
@@ -58,6 +67,8 @@ from gemlab.env_ids import (
     GUESS_EASY_WINS,
     OFFLINE_MATH,
     PRODUCTS_1DIGIT,
+    PRODUCTS_TEST,
+    PRODUCTS_TRAIN,
     SUMS_1DIGIT,
     SUMS_MIX_TRAIN,
     SUMS_TEST,
@@ -126,6 +137,41 @@ class OneDigitSumsEnv(OneDigitTaskEnv):
 
     TASK = "basic_arithmetic"
     OPTIONS = dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+",), allow_negation=False, allow_parentheses=False)
+
+
+class ProductsEnv(Env):
+    """``a * b`` for a three-digit ``a`` and a two-digit ``b``, on one side of a fixed split; one
+    answer ends the episode. Reset seed ``s`` draws the side's pair from ``random.Random(s)``
+    (without a seed, from Python's global ``random``, as the other variants do)."""
+
+    QUESTION = "What is {a} * {b}? Write one line of Python that prints the answer, in a ```python block."
+
+    def __init__(self, side: str = "train", **_: Any) -> None:
+        super().__init__()
+        self.side = side
+        self.pair = (100, 10)
+
+    def held_out(self, a: int, b: int) -> bool:
+        """Whether ``a * b`` is on the test side."""
+        return (a + b) % 8 == 0
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        rng = random.Random(seed if seed is not None else random.randrange(2**31))
+        while True:
+            a, b = rng.randint(100, 999), rng.randint(10, 99)
+            if self.held_out(a, b) == (self.side == "test"):
+                break
+        self.pair = (a, b)
+        return self.QUESTION.format(a=a, b=b), {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        answer = extract_last_boxed_answer(action)
+        a, b = self.pair
+        correct = answer is not None and answer.strip().lstrip("+").isdigit() and int(answer.strip()) == a * b
+        return "", 1.0 if correct else 0.0, True, False, {"correct": correct}
+
+    def sample_random_action(self) -> str:
+        return f"\\boxed{{{random.randint(1000, 98901)}}}"
 
 
 def operands(item: dict[str, Any], operator: str) -> tuple[int, ...]:
@@ -235,6 +281,9 @@ def register_variants() -> None:
         register(SUMS_TO20_TRAIN, "gemlab.env_variants:SumsTo20TrainEnv")
     if SUMS_MIX_TRAIN not in ENV_REGISTRY:
         register(SUMS_MIX_TRAIN, "gemlab.env_variants:SumsMixTrainEnv")
+    for env_id, side in ((PRODUCTS_TRAIN, "train"), (PRODUCTS_TEST, "test")):
+        if env_id not in ENV_REGISTRY:
+            register(env_id, "gemlab.env_variants:ProductsEnv", side=side)
     for env_id, (side, operator, min_operand) in SPLITS.items():
         if env_id not in ENV_REGISTRY:
             register(env_id, "gemlab.env_variants:SplitPairsEnv", side=side, operator=operator, min_operand=min_operand)

@@ -273,12 +273,15 @@ class Prompting:
 
 def llm_policy(sampling_client: Any, prompting: Prompting, *, seed: int | None = None) -> Policy:
     """A language model as a policy for one episode: each turn renders the observation with the
-    template, samples one action (turn ``i`` with seed ``derive_seed(seed, i)``) and decodes it."""
+    template (or, for a template that ``continues``, extends the episode's tokens with it), samples
+    one action (turn ``i`` with seed ``derive_seed(seed, i)``) and decodes it."""
     turns = itertools.count()
     tokenizer = prompting.tokenizer
+    template = prompting.template
+    history: list[int] = []  # the last prompt and action, for a template that continues
 
     async def act(observation: str) -> Action:
-        obs_tokens = prompting.template.render(observation, tokenizer)
+        obs_tokens = template.continue_tokens(history, observation, tokenizer) if template.continues and history else template.render(observation, tokenizer)
         turn = next(turns)
         response = await sampling_client.sample(
             prompt=types.ModelInput.from_ints(obs_tokens),
@@ -288,6 +291,7 @@ def llm_policy(sampling_client: Any, prompting: Prompting, *, seed: int | None =
             ),
         )
         sequence = response.sequences[0]
+        history[:] = obs_tokens + list(sequence.tokens)
         return Action(
             text=tokenizer.decode(sequence.tokens),  # as GEM: special tokens stay (e.g. a final <|im_end|>)
             obs_tokens=obs_tokens,

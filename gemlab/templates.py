@@ -2,6 +2,13 @@
 
 The first three are GEM's Tinker example templates, character for character. ``chat`` uses the
 tokenizer's own chat template instead, so any chat model gets the prompt format it was tuned on.
+
+``chat_turns`` is ``chat`` for a whole episode: the first observation is rendered as ``chat``
+renders it, and each later one *continues* the episode's tokens (the last prompt, the action as
+sampled, then the new observation as the next user message), as tinker-cookbook's renderers do.
+Each prompt then extends the previous prompt plus action token for token, so the sampler can keep
+an episode's KV cache across its turns and the learner can train an episode as one sequence. Use
+it with envs that send only what is new each turn (no ``concat`` wrapper).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class Template:
     name: str
     description: str
     text_fn: Callable[[str], str] | None = None  # None: the tokenizer's chat template renders it
+    continues: bool = False  # later turns extend the episode's tokens (``continue_tokens``)
 
     @property
     def renders_text(self) -> bool:
@@ -72,6 +80,19 @@ class Template:
         """The prompt as token ids, ready for ``ModelInput.from_ints``."""
         return list(_encode(tokenizer, self.render_text(observation, tokenizer)))
 
+    def continue_tokens(self, history: list[int], observation: str, tokenizer: Tokenizer) -> list[int]:
+        """The next turn's prompt for a template that ``continues``: ``history`` (the last prompt
+        and the action as sampled) followed by the chat template's tokens for a new user message
+        ``observation`` and the assistant's header. An action that stopped on the end-of-turn
+        token already holds it; one cut at ``max_tokens`` gets it here."""
+        if not self.continues:
+            raise ValueError(f"template {self.name!r} renders each turn on its own; use render()")
+        between, after, end = _turn_markers(tokenizer)
+        end_tokens = list(_encode(tokenizer, end)) if end else []
+        closed = bool(end_tokens) and history[-len(end_tokens) :] == end_tokens
+        opening = between[len(end) :] if closed else between
+        return list(history) + list(_encode(tokenizer, opening + observation + after))
+
 
 @functools.lru_cache(maxsize=8192)
 def _encode(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
@@ -81,6 +102,24 @@ def _encode(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
     return tuple(tokenizer.encode(text, add_special_tokens=False))
 
 
+@functools.lru_cache(maxsize=8)
+def _turn_markers(tokenizer: Tokenizer) -> tuple[str, str, str]:
+    """The chat template's text between an assistant reply and the next user message's content,
+    after that content (the assistant's header), and the end-of-turn marker that begins the first;
+    read off the tokenizer's own template by rendering a conversation with placeholder contents."""
+    rendered = str(
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "\x00A"}, {"role": "assistant", "content": "\x00B"}, {"role": "user", "content": "\x00C"}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+    )
+    between = rendered[rendered.index("\x00B") + 2 : rendered.index("\x00C")]
+    after = rendered[rendered.index("\x00C") + 2 :]
+    end = next((marker for marker in getattr(tokenizer, "all_special_tokens", []) if marker and between.startswith(marker)), "")
+    return between, after, end
+
+
 TEMPLATES: dict[str, Template] = {
     t.name: t
     for t in (
@@ -88,6 +127,7 @@ TEMPLATES: dict[str, Template] = {
         Template("qwen3_general", "GEM's question prompt in Qwen3 chat format", _qwen3_general),
         Template("no", "the raw observation, no template at all", _no_template),
         Template("chat", "the tokenizer's own chat template, one user turn", None),
+        Template("chat_turns", "the tokenizer's own chat template, the whole episode as one conversation", None, continues=True),
     )
 }
 

@@ -13,6 +13,13 @@ the examples come from is ``config.warmup_data``:
   is used, so any env whose answers are integers works, including reasoning-gym tasks, which have
   no scripted player. SmolLM2 adds, but explains instead of answering in the format: this
   teaches it the format and leaves its arithmetic (right or wrong) as it was.
+- ``"own_code"``: the model's own code, for tool envs (GEM's python tool). Each problem is asked
+  in the run's template (``OWN_CODE_TOKENS`` tokens, temperature 1); an answer that holds a Python
+  block (```` ```python ... ``` ```` or ``<python>...</python>``, as GEM's tool parses them) is cut
+  after its first block, and that block alone becomes the target; an answer without one is
+  skipped. The code is neither run nor checked: this shows the model the habit of calling the
+  tool, with the code it would have written anyway, and nothing about what comes after the tool's
+  answer.
 
 The laptop preset's ``gemlab/tiny`` is pretrained and needs no warm-up.
 """
@@ -36,7 +43,9 @@ from gemlab.templates import Template, get_template
 
 WARMUP_STREAM = -1  # derive_seed(seed, -1): the warm-up's stream (gemlab/seeds.py lists them all)
 OWN_TOKENS = 48  # room for a short explanation and its number
+OWN_CODE_TOKENS = 64  # room for a line of code in a block, and some words around it
 INTEGER = re.compile(r"-?\d+")
+CODE_BLOCK = re.compile(r"<python>.*?</python>|```\n?python.*?```", re.DOTALL)  # the blocks GEM's PythonCodeTool runs
 
 
 def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int) -> list[types.Datum]:
@@ -61,20 +70,31 @@ def boxed_last_integer(text: str) -> str | None:
     return f"\\boxed{{{int(numbers[-1])}}}" if numbers else None
 
 
-async def own_answer_examples(
-    training_client: Any, envs: Sequence[Any], tokenizer: Any, template: Template, count: int, *, seed: int
+def first_code_block(text: str) -> str | None:
+    """``text`` up to the end of its first Python block (the part GEM's tool runs); ``None`` without one."""
+    block = CODE_BLOCK.search(text)
+    return text[: block.end()] if block else None
+
+
+async def own_examples(
+    training_client: Any, envs: Sequence[Any], tokenizer: Any, template: Template, count: int, *, seed: int, kind: str
 ) -> list[types.Datum]:
-    """``count`` (prompt, ``\\boxed{N}``) datums from the current weights' own answers: problem
-    ``i`` is the first observation of an env reset with ``derive_seed(seed, i)``, answered in the
-    chat template; the datum's prompt is ``template``'s. Gives up after ``4 * count`` problems."""
+    """``count`` (prompt, target) datums from the current weights' own answers: problem ``i`` is
+    the first observation of an env reset with ``derive_seed(seed, i)``, asked as ``kind`` says
+    (``own_answers``: the chat template, the last integer as ``\\boxed{N}``; ``own_code``: the
+    run's template, the answer cut after its first Python block); the datum's prompt is
+    ``template``'s. Gives up after ``4 * count`` problems."""
     sampler = await training_client.save_weights_and_get_sampling_client()
-    asking = Prompting(tokenizer, get_template("chat"), OWN_TOKENS, temperature=1.0)
+    if kind == "own_code":
+        asking, target_of = Prompting(tokenizer, template, OWN_CODE_TOKENS, temperature=1.0), first_code_block
+    else:
+        asking, target_of = Prompting(tokenizer, get_template("chat"), OWN_TOKENS, temperature=1.0), boxed_last_integer
     end = end_of_turn_ids(tokenizer)[:1]
 
     async def example(index: int) -> types.Datum | None:
         observation, _ = envs[index % len(envs)].reset(seed=derive_seed(seed, index))
         action = await llm_policy(sampler, asking, seed=derive_seed(seed, index, 1))(observation)
-        target = boxed_last_integer(tokenizer.decode(action.act_tokens, skip_special_tokens=True))
+        target = target_of(tokenizer.decode(action.act_tokens, skip_special_tokens=True))
         if target is None:
             return None
         return supervised_datum(template.render(observation, tokenizer), list(tokenizer.encode(target, add_special_tokens=False)) + end)
@@ -87,7 +107,8 @@ async def own_answer_examples(
         datums.extend(d for d in found if d is not None)
         asked += wanted
     if len(datums) < count:
-        raise ValueError(f"warmup_data='own_answers': the model wrote a number in only {len(datums)} of {asked} answers; use another warm-up")
+        what = "a Python block" if kind == "own_code" else "a number"
+        raise ValueError(f"warmup_data={kind!r}: the model wrote {what} in only {len(datums)} of {asked} answers; use another warm-up")
     return datums
 
 
@@ -102,12 +123,15 @@ async def warmup_async(
     # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
     bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress, file=sys.stdout) if own_bar else progress
     per_step = config.warmup_batch_size or config.batch_size
-    if config.warmup_data == "own_answers":  # all asked of the model as it was before the warm-up
+    own = config.warmup_data in ("own_answers", "own_code")
+    if own:  # all asked of the model as it was before the warm-up
         bar.set_postfix_str(f"the model answers {config.warmup_steps * per_step} problems")
-        examples = await own_answer_examples(training_client, envs, tokenizer, template, config.warmup_steps * per_step, seed=derive_seed(config.seed, WARMUP_STREAM))
+        examples = await own_examples(
+            training_client, envs, tokenizer, template, config.warmup_steps * per_step, seed=derive_seed(config.seed, WARMUP_STREAM), kind=config.warmup_data
+        )
     losses: list[float] = []
     for index in range(config.warmup_steps):
-        if config.warmup_data == "own_answers":
+        if own:
             datums = examples[index * per_step : (index + 1) * per_step]
         else:
             datums = scripted_examples(envs, tokenizer, template, per_step)

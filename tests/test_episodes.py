@@ -10,6 +10,7 @@ from tinker import types
 
 from gemlab.envs import make_envs
 from gemlab.episodes import Prompting, collect_batch, collect_episode, end_of_turn_ids
+from gemlab.templates import get_template
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
 
 
@@ -178,3 +179,19 @@ def test_a_request_in_flight_survives_the_garbage_collector():
 
     batch, answered = asyncio.run(asyncio.wait_for(main(), timeout=60))
     assert answered == batch.episodes[0].num_turns >= 1
+
+
+def test_a_continuing_template_makes_each_prompt_extend_the_last_prompt_and_action():
+    """With ``chat_turns`` and an env that sends only what is new, turn t+1's prompt begins with
+    turn t's prompt and action token for token (what the KV cache and merged datums rely on)."""
+    env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0, env_wrappers="")[0]
+    prompting = Prompting(TOKENIZER, get_template("chat_turns"), max_tokens=8)
+    for reset_seed in range(20):  # a game whose number is not the first guess: several turns
+        episode = asyncio.run(collect_episode(ScriptedSampler([1, 2, 3, 4]), env, prompting, seed=0, reset_seed=reset_seed))
+        if episode.num_turns >= 3:
+            break
+    assert episode.num_turns >= 3
+    for before, after in zip(episode.transitions, episode.transitions[1:]):
+        history = before.obs_tokens + before.act_tokens
+        assert after.obs_tokens[: len(history)] == history
+        assert TOKENIZER.decode(after.obs_tokens[len(history) :]).startswith("\n<|im_start|>user\n" + after.observation)

@@ -11,7 +11,7 @@ from gemlab import Trainer, make_config
 from gemlab.envs import make_envs
 from tinker_emulator.models import load_tokenizer
 from gemlab.templates import get_template
-from gemlab.warmup import boxed_last_integer, own_answer_examples
+from gemlab.warmup import boxed_last_integer, own_examples
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_own_answers_are_asked_in_the_chat_template_and_trained_in_the_runs():
     training = _training_client(answers)
     envs = make_envs("rg:sums-1digit-train", 2, seed=0)
     template = get_template("qwen3_general")
-    datums = asyncio.run(own_answer_examples(training, envs, tokenizer, template, 4, seed=1))
+    datums = asyncio.run(own_examples(training, envs, tokenizer, template, 4, seed=1, kind="own_answers"))
     assert len(datums) == 4 and len(answers.prompts) == 6  # "no idea" has no number: asked again
     asked = tokenizer.decode(answers.prompts[0])
     assert asked.startswith("<|im_start|>user\nCalculate ") and asked.endswith("<|im_start|>assistant\n")
@@ -73,7 +73,7 @@ def test_a_model_that_never_writes_a_number_is_told_in_one_line():
     tokenizer = load_tokenizer("gemlab/tiny")
     training = _training_client(_Answers(tokenizer, ["no idea"]))
     with pytest.raises(ValueError, match="wrote a number in only 0 of 12 answers"):
-        asyncio.run(own_answer_examples(training, make_envs("rg:sums-1digit-train", 1), tokenizer, get_template("chat"), 3, seed=0))
+        asyncio.run(own_examples(training, make_envs("rg:sums-1digit-train", 1), tokenizer, get_template("chat"), 3, seed=0, kind="own_answers"))
 
 
 def test_a_run_warms_up_on_its_own_answers_without_a_scripted_player(tmp_path):
