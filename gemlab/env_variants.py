@@ -144,7 +144,10 @@ class ProductsEnv(Env):
     answer ends the episode. Reset seed ``s`` draws the side's pair from ``random.Random(s)``
     (without a seed, from Python's global ``random``, as the other variants do)."""
 
-    QUESTION = "What is {a} * {b}? Write one line of Python that prints the answer, in a ```python block."
+    QUESTION = (
+        "What is {a} * {b}? Do not work it out yourself: write one line of Python that prints it, in a ```python block, "
+        "for example\n```python\nprint(12 * 34)\n```\nWhen its result comes back, give that number as \\boxed{{N}}."
+    )
 
     def __init__(self, side: str = "train", **_: Any) -> None:
         super().__init__()

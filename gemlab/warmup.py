@@ -16,10 +16,11 @@ the examples come from is ``config.warmup_data``:
 - ``"own_code"``: the model's own code, for tool envs (GEM's python tool). Each problem is asked
   in the run's template (``OWN_CODE_TOKENS`` tokens, temperature 1); an answer that holds a Python
   block (```` ```python ... ``` ```` or ``<python>...</python>``, as GEM's tool parses them) is cut
-  after its first block, and that block alone becomes the target; an answer without one is
-  skipped. The code is neither run nor checked: this shows the model the habit of calling the
-  tool, with the code it would have written anyway, and nothing about what comes after the tool's
-  answer.
+  after its first block, which becomes the first turn's target (an answer without one is
+  skipped). The env then runs that block with its tool, as in an episode; where the tool printed
+  an integer, the last one becomes the second turn's target ``\\boxed{N}``. Nothing is checked
+  against the right answer: this shows the model the protocol (call the tool with the code it
+  would have written anyway, then report what the tool printed), right or wrong.
 
 The laptop preset's ``gemlab/tiny`` is pretrained and needs no warm-up.
 """
@@ -82,34 +83,45 @@ async def own_examples(
     """``count`` (prompt, target) datums from the current weights' own answers: problem ``i`` is
     the first observation of an env reset with ``derive_seed(seed, i)``, asked as ``kind`` says
     (``own_answers``: the chat template, the last integer as ``\\boxed{N}``; ``own_code``: the
-    run's template, the answer cut after its first Python block); the datum's prompt is
-    ``template``'s. Gives up after ``4 * count`` problems."""
+    run's template, the answer cut after its first Python block, then the tool's last printed
+    integer as ``\\boxed{N}``); the datums' prompts are ``template``'s. Gives up after ``4 * count``
+    problems."""
     sampler = await training_client.save_weights_and_get_sampling_client()
-    if kind == "own_code":
+    own_code = kind == "own_code"
+    if own_code:
         asking, target_of = Prompting(tokenizer, template, OWN_CODE_TOKENS, temperature=1.0), first_code_block
     else:
         asking, target_of = Prompting(tokenizer, get_template("chat"), OWN_TOKENS, temperature=1.0), boxed_last_integer
     end = end_of_turn_ids(tokenizer)[:1]
 
-    async def example(index: int) -> types.Datum | None:
-        observation, _ = envs[index % len(envs)].reset(seed=derive_seed(seed, index))
+    async def examples(index: int) -> list[types.Datum]:
+        env = envs[index % len(envs)]
+        observation, _ = env.reset(seed=derive_seed(seed, index))
         action = await llm_policy(sampler, asking, seed=derive_seed(seed, index, 1))(observation)
         target = target_of(tokenizer.decode(action.act_tokens, skip_special_tokens=True))
         if target is None:
-            return None
-        return supervised_datum(template.render(observation, tokenizer), list(tokenizer.encode(target, add_special_tokens=False)) + end)
+            return []
+        prompt, answer = template.render(observation, tokenizer), list(tokenizer.encode(target, add_special_tokens=False)) + end
+        found = [supervised_datum(prompt, answer)]
+        if own_code:  # the tool runs the block; what it printed, boxed, is the next turn's answer
+            tool_output, _, done, _, _ = env.step(target)
+            reported = None if done else boxed_last_integer(tool_output)
+            if reported is not None:
+                following = template.continue_tokens(prompt + answer, tool_output, tokenizer) if template.continues else template.render(tool_output, tokenizer)
+                found.append(supervised_datum(following, list(tokenizer.encode(reported, add_special_tokens=False)) + end))
+        return found
 
     datums: list[types.Datum] = []
     asked = 0
     while len(datums) < count and asked < 4 * count:
         wanted = count - len(datums)
-        found = await asyncio.gather(*(example(asked + i) for i in range(wanted)))  # the backend batches them
-        datums.extend(d for d in found if d is not None)
+        found = await asyncio.gather(*(examples(asked + i) for i in range(wanted)))  # the backend batches them
+        datums.extend(d for group in found for d in group)
         asked += wanted
     if len(datums) < count:
-        what = "a Python block" if kind == "own_code" else "a number"
+        what = "a Python block" if own_code else "a number"
         raise ValueError(f"warmup_data={kind!r}: the model wrote {what} in only {len(datums)} of {asked} answers; use another warm-up")
-    return datums
+    return datums[:count]
 
 
 async def warmup_async(
