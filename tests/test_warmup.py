@@ -11,7 +11,7 @@ from gemlab import Trainer, make_config
 from gemlab.envs import make_envs
 from tinker_emulator.models import load_tokenizer
 from gemlab.templates import get_template
-from gemlab.warmup import boxed_last_integer, own_examples
+from gemlab.warmup import boxed_last_integer, first_code_block, own_examples
 
 
 @pytest.mark.parametrize(
@@ -25,6 +25,19 @@ from gemlab.warmup import boxed_last_integer, own_examples
 )
 def test_the_last_integer_becomes_the_target(text, target):
     assert boxed_last_integer(text) == target
+
+
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("Sure:\n```python\nprint(2 * 3)\n```\nand more text", "Sure:\n```python\nprint(2 * 3)\n```"),
+        ("<python>print(1)</python> then ```python\nx\n```", "<python>print(1)</python>"),
+        ("```\nprint(1)\n```", None),  # not marked as Python: GEM's tool would not run it
+        ("no code", None),
+    ],
+)
+def test_an_answer_is_cut_after_its_first_python_block(text, target):
+    assert first_code_block(text) == target
 
 
 class _Answers:
@@ -86,3 +99,24 @@ def test_a_run_warms_up_on_its_own_answers_without_a_scripted_player(tmp_path):
         trainer.step()
     assert len(losses) == 2 and all(loss > 0 for loss in losses)
     assert (tmp_path / "own" / "warmup.jsonl").read_text().count("\n") == 2
+
+
+def _trained_text(tokenizer, datum) -> str:
+    tokens = datum.model_input.to_ints() + [int(datum.loss_fn_inputs["target_tokens"].to_torch()[-1])]
+    weights = datum.loss_fn_inputs["weights"].to_torch().tolist()
+    return tokenizer.decode([t for t, w in zip(tokens[1:], weights) if w > 0], skip_special_tokens=True)
+
+
+def test_own_code_shows_the_tool_protocol_from_the_models_own_code_without_the_right_answer():
+    """An answer with a Python block gives two examples: the block, cut after it, as the first
+    turn; the tool's printed result, boxed, after the tool's reply in the same conversation. An
+    answer without a block is skipped. The code is the model's, wrong or right: no label is used."""
+    tokenizer = load_tokenizer("gemlab/tiny-chat")
+    answers = _Answers(tokenizer, ["no code here", "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
+    envs = make_envs("math:products-3x2-train", 2, seed=0, env_wrappers="python_tool_sandboxed")
+    template = get_template("chat_turns")
+    datums = asyncio.run(own_examples(_training_client(answers), envs, tokenizer, template, 4, seed=3, kind="own_code"))
+    assert [_trained_text(tokenizer, d) for d in datums] == ["Let me:\n```python\nprint(100 * 10 + 1)\n```", "\\boxed{1001}"] * 2
+    first, second = (d.model_input.to_ints() for d in datums[:2])
+    assert second[: len(first)] == first  # the same conversation, continued
+    assert "Code execution result: 1001" in tokenizer.decode(second[len(first) :])
