@@ -30,14 +30,6 @@ logging.getLogger().setLevel(_root_level)
 register_variants()
 register_wrapper()  # env_wrappers="python_tool_sandboxed": GEM's python tool, its code run sandboxed
 
-# WIP (replaced by gemlab.tool_sandbox): GEM's python tool, one call per episode
-from gem.wrappers.wrapper_factory import WRAPPER_FACTORY as _WF  # noqa: E402
-if "python_tool_sandboxed" not in _WF:
-    from gem.tools.python_code_tool import PythonCodeTool
-    from gem.tools.tool_env_wrapper import ToolEnvWrapper
-    _WF["python_tool_sandboxed"] = partial(ToolEnvWrapper, tools=[PythonCodeTool(timeout=5)], max_tool_uses=1)
-
-
 def known_env_ids() -> list[str]:
     """Every env id registered with GEM (games, reasoning-gym, math, qa, code, ...)."""
     return sorted(ENV_REGISTRY)
