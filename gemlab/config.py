@@ -211,7 +211,11 @@ class Config:
     warmup_data: str = chz.field(
         default="scripted",
         validator=_one_of(WARMUP_DATA),
-        doc="'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, last integer as \\boxed{N} (any env, no labels); 'own_code': the model's answers cut after their first Python block (tool envs, no labels)",
+        doc=(
+            "'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, last integer as "
+            "\\boxed{N} (any env, no labels); 'own_code': its answers cut after their first Python block, then the tool's "
+            "printed number as \\boxed{N} (tool envs, no labels)"
+        ),
     )
     # a fixed evaluation during the run (gemlab/evaluate.py), logged in the step's metrics as eval/*,
     # and of the base model and after the warm-up, logged in step 0's row (gemlab/eval_curve.py)
