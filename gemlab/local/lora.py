@@ -159,9 +159,9 @@ def load_state_dict(lm: LoadedModel, name: str, state: dict[str, torch.Tensor]) 
 @contextlib.contextmanager
 def active(lm: LoadedModel, name: str | None) -> Iterator[Any]:
     """Run the base model with adapter ``name`` switched in (``None``: no adapter), in the
-    dtype ``precision.py`` chooses; yields the Hugging Face model to call."""
+    dtype its weights are held in (``precision.py``); yields the Hugging Face model to call."""
     lm.use_threads()
-    with precision.autocast(lm.device), _switched(lm, name) as model:
+    with precision.autocast(lm.device, lm.dtype), _switched(lm, name) as model:
         yield model
 
 
