@@ -42,6 +42,7 @@ from transformers.utils import logging as hf_logging
 from gemlab.local import precision
 from gemlab.local.futures import ROLES, SAMPLING, TRAINING, Worker, get_worker, worker_busy
 from gemlab.local.hf_models import cached_snapshot
+from gemlab.local.turn_cache import TurnCache
 
 logger = logging.getLogger("gemlab.local")
 
@@ -105,6 +106,7 @@ class LoadedModel:
     adapters_created: int = field(default=0)
     role: str = TRAINING  # the worker that owns this copy: "training" or "sampling"
     dtype: torch.dtype = torch.float32  # what its linear layers hold and compute in (precision.py)
+    turns: TurnCache = field(default_factory=TurnCache)  # keys and values of its recent samples (turn_cache.py)
 
     @property
     def worker(self) -> Worker:
