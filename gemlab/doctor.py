@@ -3,7 +3,7 @@
 Checks the install (Python, every package gemlab requires at the versions it requires, a Jupyter
 kernel, Chromium for the browser tests), memory and disk, trains a few laptop-preset steps in a
 temporary folder to measure this machine's step time under its current load, predicts how long
-each notebook takes here, and says whether ``GEMLAB_DTYPE=bfloat16`` could be faster on this CPU
+each notebook takes here, and says whether the local backend computes in bfloat16 on this CPU
 (its matmul rate against float32's, measured). Prints one line per problem found; exit status 0
 when there is none, 1 otherwise. Uses only gemlab's public API, so it checks what a notebook would
 use.
@@ -231,18 +231,20 @@ def measure_step_time(steps: int) -> tuple[float, float]:
 
 
 def precision_advice() -> str:
-    """This CPU's bfloat16 matmul rate against float32's (one core, measured), and what it means for
-    ``GEMLAB_DTYPE``: CPUs differ by a factor of 100 here, so it is measured, never assumed."""
+    """This CPU's bfloat16 matmul rate against float32's (one core, measured), and what the local
+    backend does with it: models of 50M parameters and more are held in bfloat16 where it is at
+    least ``BF16_MIN_SPEEDUP`` times as fast (CPUs differ by a factor of 100 here, so it is measured,
+    never assumed)."""
     import torch
 
-    from tinker_emulator.precision import matmul_rate
+    from tinker_emulator.precision import BF16_MIN_SPEEDUP, matmul_rate
 
     fp32, bf16 = matmul_rate(torch.float32), matmul_rate(torch.bfloat16)
     ratio = bf16 / fp32
     advice = (
-        "bfloat16 may train faster here: try GEMLAB_DTYPE=bfloat16 (python benchmarks/bench_local.py times whole passes)"
-        if ratio > 1.2
-        else "keep float32, the default (GEMLAB_DTYPE=bfloat16 would not be faster here)"
+        f"at least {BF16_MIN_SPEEDUP}x, so SmolLM2-size models run in bfloat16 here (GEMLAB_DTYPE=float32 keeps float32)"
+        if ratio >= BF16_MIN_SPEEDUP
+        else f"under {BF16_MIN_SPEEDUP}x, so models run in float32 here (GEMLAB_DTYPE=bfloat16 would not be faster)"
     )
     return f"matmul on one core: float32 {fp32 / 1e9:.0f} GFLOP/s, bfloat16 {bf16 / 1e9:.1f} GFLOP/s ({ratio:.2f}x): {advice}"
 

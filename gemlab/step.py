@@ -4,7 +4,8 @@
              2. play ``num_env`` envs concurrently until ``batch_size`` transitions;
     prepare  3. per episode, discounted returns ``G_t = r_t + gamma * G_{t+1}``,
              4. advantages: all returns normalized over the batch (ReBN, ``Config.advantage``),
-             5. subsample ``batch_size`` transitions, one ``tinker.types.Datum`` each;
+             5. subsample ``batch_size`` transitions, one ``tinker.types.Datum`` each (an
+                episode's turns in one datum where they form one conversation: ``gemlab.datums``);
     update   6. ``forward_backward(..., loss_fn)`` then ``optim_step`` (Adam), once per minibatch;
     metrics  GEM's names for what happened.
 
@@ -35,7 +36,7 @@ from tinker import types
 from tqdm import tqdm
 
 from gemlab.config import Config
-from gemlab.datums import policy_gradient_datum
+from gemlab.datums import Placement, policy_gradient_datums, turn_output
 from gemlab.episodes import Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.metrics import policy_metrics, rollout_metrics, staleness_metrics
 from gemlab.returns import advantages as estimate_advantages
@@ -62,19 +63,20 @@ class Players:
 
 @dataclass
 class Prepared:
-    """A batch made ready for the learner: the trained transitions, their advantages and datums,
-    and the minibatches (lists of datum indices) to update on."""
+    """A batch made ready for the learner: the trained transitions, their advantages, the datums
+    and where each transition is in them, and the minibatches (lists of datum indices) to update on."""
 
     transitions: list[Transition]
     advantages: list[float]
     datums: list[types.Datum]
     minibatches: list[list[int]]
+    placements: list[Placement]
 
 
 @dataclass
 class StepResult:
     """What a step did: its metrics row, the batch it played, the trained transitions and the
-    learner's output for each."""
+    learner's output for each (as its own per-turn datum would have it: ``datums.turn_output``)."""
 
     metrics: dict[str, float]
     batch: RolloutBatch
@@ -113,10 +115,12 @@ async def train_step(
         train_start = time.time()
         if on_update is not None:
             on_update()
-        outputs, train = await update(training_client, prepared.datums, prepared.minibatches, config, step)  # 6.
+        datum_outputs, train = await update(training_client, prepared.datums, prepared.minibatches, config, step)  # 6.
         sampling.weights_updated(step + 1)  # a sampler running ahead gets the new weights at once
         end = time.time()
+        outputs = [turn_output(datum_outputs[p.datum], p) for p in prepared.placements]
         metrics = step_metrics(step, batch, prepared.transitions, outputs, train)
+        metrics.update(datum_metrics(prepared.datums))
         metrics.update(staleness_metrics(prepared.transitions, step))
         metrics.update({"time/sample": timeline["time/sample_end"] - timeline["time/sample_start"], "time/train": end - train_start, "time/step": end - start})
         metrics.update({**timeline, "time/train_start": train_start - clock, "time/train_end": end - clock})
@@ -198,10 +202,11 @@ def prepare(batch: RolloutBatch, config: Config, step: int) -> Prepared:
         raise NonFinite("the sampler returned non-finite logprobs (the weights blew up)")
     rng = step_generator(config.seed, step)
     transitions, advantages = prepare_transitions(batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size, rng=rng)
-    datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
+    places = {id(t): (e, i) for e, episode in enumerate(batch.episodes) for i, t in enumerate(episode.transitions)}
+    datums, placements = policy_gradient_datums(transitions, advantages, [places[id(t)] for t in transitions])
     order = rng.permutation(len(datums)) if config.num_minibatches > 1 else np.arange(len(datums))
-    minibatches = [list(chunk) for chunk in np.array_split(order, config.num_minibatches)]
-    return Prepared(transitions, advantages, datums, minibatches)
+    minibatches = [list(chunk) for chunk in np.array_split(order, config.num_minibatches) if len(chunk)]  # merged turns: maybe fewer datums
+    return Prepared(transitions, advantages, datums, minibatches, placements)
 
 
 def prepare_transitions(
@@ -280,3 +285,9 @@ def step_metrics(step: int, batch: RolloutBatch, transitions: list[Transition], 
     metrics.update(train)
     metrics["train/num_transitions"] = float(len(transitions))
     return metrics
+
+
+def datum_metrics(datums: list[types.Datum]) -> dict[str, float]:
+    """What the learner was sent: datums (fewer than transitions where an episode's turns were
+    merged) and their tokens (every position it computed, prompts included)."""
+    return {"train/num_datums": float(len(datums)), "train/num_tokens": float(sum(d.model_input.length for d in datums))}

@@ -58,7 +58,7 @@ def test_a_missing_package_and_a_slow_machine_are_one_line_each(
     assert "problem: laptop steps are 5.0x slower than on the reference machine" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("bf16", "advice"), [(1.3e9, "keep float32"), (80e9, "keep float32"), (180e9, "try GEMLAB_DTYPE=bfloat16")])
+@pytest.mark.parametrize(("bf16", "advice"), [(1.3e9, "run in float32"), (119e9, "run in float32"), (120e9, "run in bfloat16")])
 def test_the_precision_advice_follows_the_measured_matmul_rates(monkeypatch: pytest.MonkeyPatch, bf16: float, advice: str) -> None:
     import torch
 

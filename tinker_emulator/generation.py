@@ -4,7 +4,8 @@
 attention mask and position ids keep every row's result what it would be alone, and each row
 draws from its own ``torch.Generator``, so a request's randomness depends on its seed only,
 never on which requests it was batched with. Rows leave the batch (and the KV cache) when
-they finish.
+they finish. Given a ``turn_cache.Memory``, a row whose prompt extends a sequence generated
+earlier (an episode's previous turn) prefills only its new tokens.
 
 What a row returns, matching Tinker:
 
@@ -40,6 +41,7 @@ import torch
 from tinker_emulator import kv_cache
 from tinker_emulator.futures import LANE, SAMPLING, Worker, get_worker, on_a_worker_thread
 from tinker_emulator.prefill import prefill, worth_sharing
+from tinker_emulator.turn_cache import Memory
 
 # Rows generated together at most (bounds the KV cache of big models).
 MAX_ROWS = 64
@@ -113,12 +115,17 @@ def _hit_stop_string(row: Row, tokens: list[int], decode: Callable[[list[int]], 
 
 
 @torch.inference_mode()
-def generate(model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[list[int]], str]) -> list[RowResult]:
+def generate(
+    model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[list[int]], str], memory: Memory | None = None
+) -> list[RowResult]:
     """Sample every row to its end in one batch with a KV cache (the prompts' shared prefix
-    computed once, see ``prefill.py``)."""
+    computed once, see ``prefill.py``). With a ``memory`` of earlier turns (``turn_cache.py``), a
+    prompt that extends a sequence kept there starts from its keys and values, and every row's
+    own are kept there when it ends."""
     device = model.device
     prompts = [row.prompt for row in rows]
-    cache, logits, mask, next_position = prefill(model, prompts, pad_id, share=worth_sharing(model))
+    known = [memory.find(prompt) for prompt in prompts] if memory is not None else None
+    cache, logits, mask, next_position = prefill(model, prompts, pad_id, share=worth_sharing(model), known=known)
     results = [RowResult() for _ in rows]
     live = list(range(len(rows)))  # batch row -> index into rows
     while True:
@@ -140,6 +147,9 @@ def generate(model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[lis
                 result.stop_reason = "stop"
             elif len(result.tokens) < row.max_tokens:
                 keep.append(j)
+                continue
+            if memory is not None:  # the row's prompt and tokens but the last, which was never fed
+                memory.keep([*row.prompt, *result.tokens[:-1]], kv_cache.row(cache, j, mask[j].nonzero()[:, 0]))
         if not keep:
             return results
         if len(keep) < len(live):

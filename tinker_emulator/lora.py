@@ -131,6 +131,14 @@ def delete_adapter(lm: LoadedModel, name: str) -> None:
     if others and lm.peft.active_adapter == name:
         lm.peft.set_adapter(others[0])  # else PEFT warns that it picked one
     lm.peft.delete_adapter(name)
+    lm.turns.forget(name)
+
+
+def version(lm: LoadedModel, name: str | None) -> tuple[int, ...]:
+    """A stamp of adapter ``name``'s weights that changes whenever they do: its tensors' versions,
+    which torch bumps at every in-place write (an optimizer step, loaded weights). The base
+    weights are never written: ``None`` (no adapter) is always ``()``."""
+    return () if name is None else tuple(p._version for p in parameters(lm, name))
 
 
 def parameters(lm: LoadedModel, name: str) -> list[torch.nn.Parameter]:
@@ -159,9 +167,9 @@ def load_state_dict(lm: LoadedModel, name: str, state: dict[str, torch.Tensor]) 
 @contextlib.contextmanager
 def active(lm: LoadedModel, name: str | None) -> Iterator[Any]:
     """Run the base model with adapter ``name`` switched in (``None``: no adapter), in the
-    dtype ``precision.py`` chooses; yields the Hugging Face model to call."""
+    dtype its weights are held in (``precision.py``); yields the Hugging Face model to call."""
     lm.use_threads()
-    with precision.autocast(lm.device), _switched(lm, name) as model:
+    with precision.autocast(lm.device, lm.dtype), _switched(lm, name) as model:
         yield model
 
 

@@ -39,8 +39,10 @@ from tinker import types
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
+from tinker_emulator import precision
 from tinker_emulator.futures import ROLES, SAMPLING, TRAINING, Worker, get_worker, worker_busy
 from tinker_emulator.hf_models import cached_snapshot
+from tinker_emulator.turn_cache import TurnCache
 
 logger = logging.getLogger("tinker_emulator")
 
@@ -103,6 +105,8 @@ class LoadedModel:
     peft: Any = None
     adapters_created: int = field(default=0)
     role: str = TRAINING  # the worker that owns this copy: "training" or "sampling"
+    dtype: torch.dtype = torch.float32  # what its linear layers hold and compute in (precision.py)
+    turns: TurnCache = field(default_factory=TurnCache)  # keys and values of its recent samples (turn_cache.py)
 
     @property
     def worker(self) -> Worker:
@@ -304,7 +308,8 @@ def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedM
     Both roles' copies are made at the first load, before any adapter: each its own modules (the
     adapters switched in on one never touch the other), all sharing the one set of base weights,
     which nothing writes (LoRA trains its own matrices; adapters are never merged). A 135M model
-    holds 0.5 GB of float32 weights once, not twice, and loads once."""
+    holds 0.5 GB of float32 weights once, not twice, and loads once; its linear layers are held
+    in the dtype ``precision.weights_dtype`` chooses (bfloat16 where this CPU multiplies it fast)."""
     with _cache_lock:
         key = (name, str(device), role)
         if key not in _models:
@@ -312,11 +317,13 @@ def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedM
             model.requires_grad_(False)
             model.eval()
             model = model.to(device)
+            dtype = precision.weights_dtype(sum(p.numel() for p in model.parameters()), device)
+            precision.hold(model, dtype)
             shared = {id(t): t for t in (*model.parameters(), *model.buffers())}  # deepcopy keeps these
             tokenizer = load_tokenizer(name)
             for each in ROLES:
                 copy_ = model if each == role else copy.deepcopy(model, dict(shared))
-                _models[(name, str(device), each)] = _loaded(name, copy_, tokenizer, device, each)
+                _models[(name, str(device), each)] = _loaded(name, copy_, tokenizer, device, each, dtype)
         return _models[key]
 
 
@@ -328,8 +335,8 @@ def _positions(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     return int(ids.numel()) if isinstance(ids, torch.Tensor) else None
 
 
-def _loaded(name: str, model: Any, tokenizer: Any, device: torch.device, role: str) -> LoadedModel:
-    loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, role=role)
+def _loaded(name: str, model: Any, tokenizer: Any, device: torch.device, role: str, dtype: torch.dtype) -> LoadedModel:
+    loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, role=role, dtype=dtype)
     # on the body, which every pass calls as a module (PEFT calls the top model's forward directly)
     body = getattr(model, model.base_model_prefix, model)
     body.register_forward_pre_hook(lambda module, args, kwargs: loaded.use_threads(_positions(args, kwargs)), with_kwargs=True)

@@ -7,8 +7,11 @@ once, as a batch of one; the cache is then repeated for every row, and only each
 suffix runs batched. Rows keep their own positions: a suffix is right-aligned after padding that
 the attention mask hides, so row ``i``'s tokens sit at positions ``0 .. len(prompt_i) - 1`` as
 they would alone. Rows with the same prompt (the samples of one request, or a GRPO group's envs,
-which all show the same problem) run it once and share its cache. Results equal the plain
-left-padded pass up to float rounding (other matmul shapes); ``share=False`` is that plain pass.
+which all show the same problem) run it once and share its cache. A row whose prompt begins with
+a sequence generated earlier (an episode's previous turn, ``turn_cache.py``) starts from that
+sequence's keys and values instead, right-aligned after padding like a shared prefix, and runs
+only its new tokens. Results equal the plain left-padded pass up to float rounding (other matmul
+shapes); ``share=False`` with nothing known is that plain pass.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import torch
 
 from tinker_emulator import kv_cache
+from tinker_emulator.kv_cache import Pairs
 
 # A shared prefix shorter than this is not worth a separate model call.
 MIN_SHARED_TOKENS = 16
@@ -45,37 +49,56 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
 
 
 def prefill(
-    model: Any, prompts: Sequence[Sequence[int]], pad_id: int, share: bool = True
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    pad_id: int,
+    share: bool = True,
+    known: Sequence[tuple[int, Pairs] | None] | None = None,
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the prompts; returns the KV cache, the last position's logits per row (float32), the
-    attention mask so far and each row's next position."""
+    attention mask so far and each row's next position. ``known[i]``, when given, holds the
+    length and the keys and values (per layer ``(heads, length, head_dim)``) of a prefix of
+    ``prompts[i]`` computed before."""
+    known = list(known) if known is not None else [None] * len(prompts)
     if share:
         distinct: dict[tuple[int, ...], int] = {}
         row_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
         if len(distinct) < len(prompts):  # each distinct prompt once, then a cache row per prompt
-            cache, logits, mask, next_position = prefill(model, [list(p) for p in distinct], pad_id, share)
+            first = {row: i for i, row in reversed(list(enumerate(row_of)))}
+            cache, logits, mask, next_position = prefill(
+                model, [list(p) for p in distinct], pad_id, share, [known[first[row]] for row in range(len(distinct))]
+            )
             index = torch.as_tensor(row_of, device=model.device)
             cache.reorder_cache(index)
             return cache, logits[index], mask[index], next_position[index]
     device = model.device
-    shared = shared_prefix_length(prompts) if share and len(prompts) > 1 else 0
+    fresh = [i for i, k in enumerate(known) if k is None]
+    shared = shared_prefix_length([prompts[i] for i in fresh]) if share and len(fresh) > 1 else 0
     if shared < MIN_SHARED_TOKENS:
         shared = 0
     cache = None
     if shared:
-        prefix = torch.as_tensor([list(prompts[0][:shared])], dtype=torch.long, device=device)
+        prefix = torch.as_tensor([list(prompts[fresh[0]][:shared])], dtype=torch.long, device=device)
         cache = kv_cache.forward(model, input_ids=prefix, logits_to_keep=1)[1]
-        cache.batch_repeat_interleave(len(prompts))
-    suffixes = [list(p[shared:]) for p in prompts]
+    if len(fresh) < len(prompts):  # rows that start from what they know, the others from the shared prefix
+        prefix_pairs = [(k[0], v[0]) for k, v in kv_cache.tensors(cache)] if shared else None
+        starts = [shared if k is None else k[0] for k in known]
+        cache, past_mask = kv_cache.left_padded(model, [prefix_pairs if k is None else k[1] for k in known])
+    else:
+        if shared:
+            cache.batch_repeat_interleave(len(prompts))
+        starts = [shared] * len(prompts)
+        past_mask = torch.ones((len(prompts), shared), dtype=torch.long)
+    suffixes = [list(p[start:]) for p, start in zip(prompts, starts)]
     width = max(len(s) for s in suffixes)
+    past = past_mask.shape[1]
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), shared + width), dtype=torch.long)
-    mask[:, :shared] = 1
+    mask = torch.cat([past_mask, torch.zeros((len(prompts), width), dtype=torch.long)], dim=1)
     positions = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, suffix in enumerate(suffixes):
+    for i, (suffix, start) in enumerate(zip(suffixes, starts)):
         ids[i, width - len(suffix) :] = torch.as_tensor(suffix, dtype=torch.long)
-        mask[i, shared + width - len(suffix) :] = 1
-        positions[i, width - len(suffix) :] = torch.arange(shared, shared + len(suffix))
+        mask[i, past + width - len(suffix) :] = 1
+        positions[i, width - len(suffix) :] = torch.arange(start, start + len(suffix))
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
     out, cache = kv_cache.forward(model, cache, input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
     return cache, out.logits[:, -1].float(), mask, positions[:, -1] + 1

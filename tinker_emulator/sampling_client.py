@@ -27,6 +27,7 @@ from tinker_emulator.models import LoadedModel
 from tinker_emulator.errors import unavailable
 from tinker_emulator.generation import MAX_ROWS, Request, Row, RowResult, SampleBatcher, generate
 from tinker_emulator.scoring import scored_batches
+from tinker_emulator.turn_cache import Memory, budget_bytes
 
 if TYPE_CHECKING:
     from tinker.lib.api_future_impl import QueueState
@@ -344,10 +345,11 @@ def _run_group(requests: list[Request]) -> list[Any]:
     def decode(ids: list[int]) -> str:
         return lm.tokenizer.decode(ids, skip_special_tokens=False)
 
+    memory = Memory(lm.turns, adapter, (lora.version(lm, adapter), lm.dtype)) if rows and budget_bytes() else None
     with lora.active(lm, adapter) as model, torch.inference_mode():
         for start in range(0, len(order), MAX_ROWS):
             chunk = order[start : start + MAX_ROWS]
-            for i, result in zip(chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode)):
+            for i, result in zip(chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory)):
                 generated[i] = result
         scores = dict(zip(map(id, scored_jobs), _score(model, lm, [job.tokens for job in scored_jobs])))
     outputs: list[Any] = []
