@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tinker import types
 
 from gemlab.datums import policy_gradient_datum, policy_gradient_datums, turn_output
 from gemlab.episodes import Transition
