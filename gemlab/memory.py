@@ -17,7 +17,7 @@ from pathlib import Path
 # notebooks' own peaks are in gemlab/notebook_costs.json, beside their times).
 RUN_PEAKS_GB: dict[str, tuple[float, str]] = {
     "gemlab/tiny": (1.2, "preset=laptop peaked at 1.15 GB, 10 steps and the plots"),
-    "HuggingFaceTB/SmolLM2-135M-Instruct": (3.1, "preset=smollm2 peaked at 2.8-3.1 GB, docs/smollm2.md"),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": (3.1, "preset=smollm2 peaked at 2.8-3.1 GB, research/notes/smollm2.md"),
 }
 ALLOCATOR_WORDS = ("can't allocate memory", "cannot allocate memory", "out of memory")
 CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
