@@ -432,8 +432,10 @@ def read_saved_config(path: str | Path) -> dict[str, Any]:
         file = file / CONFIG_FILE
     try:
         saved = json.loads(file.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{file} cannot be read ({type(error).__name__})") from None
+    except OSError as error:
+        raise ValueError(f"{file} cannot be read ({error.strerror or error})") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{file} cannot be read (not JSON: {error})") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{file} is not a gemlab config (a JSON {type(saved).__name__}, not an object)")
     return {**chz.asdict(Config()), **{RENAMED_FIELDS.get(key, key): value for key, value in saved.items()}}

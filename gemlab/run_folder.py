@@ -76,8 +76,9 @@ WEIGHT_FIELDS = frozenset({"model_name", "lora_rank"})
 
 
 def os_reason(error: OSError) -> str:
-    """``Permission denied: /x`` from an ``OSError``, without the errno noise."""
-    return f"{error.strerror or error.__class__.__name__}{f': {error.filename}' if error.filename else ''}"
+    """``Permission denied: /x`` from an ``OSError``, without the errno noise; one raised with a
+    message of its own (``FileNotFoundError("... Install it with: ...")``) is that message."""
+    return f"{error.strerror or str(error) or error.__class__.__name__}{f': {error.filename}' if error.filename else ''}"
 
 
 def run_dir_for(log_dir: str, run_name: str) -> Path:

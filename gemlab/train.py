@@ -11,6 +11,7 @@ evaluation set as a line with its 95% interval (the base model, after the warm-u
 from __future__ import annotations
 
 import _thread
+import errno
 import os
 import shlex
 import signal
@@ -26,6 +27,7 @@ import matplotlib
 from gemlab.backend import BackendError
 from gemlab.config import config_from_argv, help_text
 from gemlab.eval_curve import describe, eval_points, eval_set_name
+from gemlab.memory import FREE_MEMORY, is_out_of_memory, out_of_memory
 from gemlab.run_folder import os_reason
 from gemlab.trainer import Interrupted, Trainer, TrainingDiverged
 
@@ -59,8 +61,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     warnings.formatwarning = lambda message, category, *rest: f"gemlab.train: warning: {message}\n"
     sys.unraisablehook = _redeliver_lost_interrupts
+    resume = "python -m gemlab.train " + " ".join(map(shlex.quote, args))
     try:
-        trainer = Trainer(config_from_argv(args))
+        config = config_from_argv(args)
+    except ValueError as error:  # bad input: one clear line, no traceback, no files
+        print(f"gemlab.train: {error}", file=sys.stderr)
+        return 2
+    try:
+        trainer = Trainer(config)
     except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback, no files
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
@@ -68,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         _silence_teardown()
         print("\ngemlab.train: SIGINT while starting; nothing was trained or changed", file=sys.stderr)
         return 130
-    except OSError as error:  # the disk, not the input: say which file
-        print(f"gemlab.train: cannot start ({os_reason(error)}); nothing was trained", file=sys.stderr)
+    except Exception as error:  # the machine, not the input (memory, disk, a package): what to do about it
+        if is_out_of_memory(error):
+            print(f"gemlab.train: {out_of_memory(config.model_name, 'while starting')}; nothing was trained; {FREE_MEMORY}, then rerun: {resume}", file=sys.stderr)
+        else:
+            print(f"gemlab.train: cannot start, nothing was trained: {failure(error)}", file=sys.stderr)
         return 1
-    config = trainer.config
     loss = config.loss_fn + "".join(f" {k}={v}" for k, v in (config.loss_fn_config or {}).items())
     print(f"run folder: {trainer.run_dir} | loss: {loss}")
-    resume = "python -m gemlab.train " + " ".join(map(shlex.quote, args))
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     try:
@@ -91,8 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 1
     except Exception as error:  # e.g. the sampler is down or the disk full: keep what is done, say how to go on
-        reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
-        print(f"gemlab.train: step {trainer.step_index} failed ({reason}); {_stop(trainer, resume)}", file=sys.stderr)
+        where = "the SFT warm-up (before step 0)" if trainer.in_warmup else f"step {trainer.step_index}"
+        if is_out_of_memory(error):
+            print(f"gemlab.train: {out_of_memory(config.model_name, 'in ' + where)}; {_stop(trainer, resume, out_of_memory=True)}", file=sys.stderr)
+        else:
+            print(f"gemlab.train: {where} failed ({failure(error)}); {_stop(trainer, resume)}", file=sys.stderr)
         return 1
     trainer.close()
     try:
@@ -103,20 +115,36 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def _stop(trainer: Trainer, resume: str) -> str:
-    """Save a checkpoint if the trainer's state is consistent, close it, and say how to resume."""
-    last = trainer.checkpoints[-1]["step"] if trainer.checkpoints else 0
-    done = f"stopped in the middle of an update; the checkpoint at step {last} is kept"
-    if trainer.consistent:
+def failure(error: BaseException) -> str:
+    """An exception in one line: an ``OSError``'s reason and file, else its type and message."""
+    if isinstance(error, OSError):
+        return os_reason(error)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _stop(trainer: Trainer, resume: str, out_of_memory: bool = False) -> str:
+    """Save a checkpoint if the trainer's state is consistent, close it, and say what is kept and
+    how to go on: resume from the newest checkpoint, or rerun from the start when there is none
+    (after ``out_of_memory``, once memory is freed)."""
+    last = trainer.checkpoints[-1]["step"] if trainer.checkpoints else None
+    kept = f"the checkpoint at step {last} is kept" if last is not None else "no checkpoint was saved"
+    go_on = f"resume with: {resume}" if last is not None else f"rerun from the start with: {resume}"
+    if trainer.in_warmup:
+        done = f"stopped in the SFT warm-up, whose updates are not kept; {kept}"
+    elif not trainer.consistent:
+        done = f"stopped in the middle of an update; {kept}"
+    else:
         try:
             trainer.save_checkpoint()
-            done = f"stopped after step {trainer.step_index}, checkpoint saved"
-        except Exception as error:  # e.g. a full disk: the last checkpoint still holds
-            reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
+            done, go_on = f"stopped after step {trainer.step_index}, checkpoint saved", f"resume with: {resume}"
+        except Exception as error:  # e.g. a full disk or no memory left: the last checkpoint still holds
             trainer.close()
-            return f"the checkpoint could not be saved ({reason}); the one at step {last} is kept; free space, then resume with: {resume}"
+            if is_out_of_memory(error):
+                return f"the checkpoint could not be saved (out of memory); {kept}; {FREE_MEMORY}, then {go_on}"
+            disk_full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+            return f"the checkpoint could not be saved ({failure(error)}); {kept}; {'free disk space, then ' if disk_full else ''}{go_on}"
     trainer.close()
-    return f"{done}; resume with: {resume}"
+    return f"{done}; {FREE_MEMORY + ', then ' if out_of_memory else ''}{go_on}"
 
 
 def _plots(trainer: Trainer) -> int:

@@ -178,6 +178,7 @@ class Trainer:
         self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self._stop_requested = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
+        self._in_warmup = False  # the warm-up started and has not finished: its updates are not a checkpoint
         self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
         self._wandb = None
         self._closed = False
@@ -335,15 +336,22 @@ class Trainer:
 
     @property
     def consistent(self) -> bool:
-        """Weights, optimizer, metrics and step counter agree (false after a failed or abandoned update)."""
-        return not (self._mid_update or self._loop.abandoned)
+        """Weights, optimizer, metrics and step counter agree (false after a failed or abandoned
+        update, or a warm-up that did not finish)."""
+        return not (self._mid_update or self._in_warmup or self._loop.abandoned)
+
+    @property
+    def in_warmup(self) -> bool:
+        """The SFT warm-up started and did not finish (it failed or was interrupted)."""
+        return self._in_warmup
 
     def _check_usable(self) -> None:
         if self._closed:
             raise RuntimeError(f"this Trainer is closed; create a new Trainer for {self.run_dir} to go on from its last checkpoint")
         if not self.consistent:
+            where = "its SFT warm-up" if self._in_warmup else "an update"
             raise RuntimeError(
-                "this Trainer stopped in the middle of an update, so its weights may not match its metrics; "
+                f"this Trainer stopped in the middle of {where}, so its weights may not match its metrics; "
                 f"create a new Trainer for {self.run_dir} to resume from its last checkpoint"
             )
 
@@ -372,10 +380,11 @@ class Trainer:
         return self._loop.run(self._evaluate_start(stage))
 
     async def _warmup(self, progress: Any = None) -> list[float]:
-        self._warmed_up = True
+        self._warmed_up = self._in_warmup = True
         bar = self.progress if progress is None else progress
         losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=bar)
         self.folder.log_warmup(losses)
+        self._in_warmup = False
         return losses
 
     async def _start(self) -> None:

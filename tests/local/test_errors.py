@@ -1,5 +1,5 @@
 """Bad input gets an error that names what was wrong and what is allowed; Tinker model names
-map to the local model with one warning."""
+run on a stand-in when one is named, with one warning, and are refused otherwise."""
 
 from __future__ import annotations
 
@@ -22,7 +22,17 @@ def test_unknown_model_lists_the_presets(service):
         service.create_sampling_client(base_model="./no/such/model/folder")
 
 
-def test_tinker_model_names_map_to_the_local_model(service, caplog, prompt):
+def test_a_model_that_is_not_here_is_refused_never_replaced(service, monkeypatch):
+    monkeypatch.delenv("GEMLAB_LOCAL_MODEL", raising=False)
+    with pytest.raises(ValueError) as refused:
+        service.create_lora_training_client(base_model="HuggingFaceTB/SmolLM2-360M-Instruct")
+    line = str(refused.value)
+    assert line.startswith("Unknown model 'HuggingFaceTB/SmolLM2-360M-Instruct': not a local model and not in the Hugging Face cache")
+    assert "\n" not in line and "gemlab/tiny-chat" in line and "HuggingFaceTB/SmolLM2-135M-Instruct (" in line
+
+
+def test_tinker_model_names_map_to_the_local_model(service, caplog, prompt, monkeypatch):
+    monkeypatch.setenv("GEMLAB_LOCAL_MODEL", TINY_CHAT)
     name = "Qwen/Qwen3-4B-Instruct-2507"
     with caplog.at_level(logging.WARNING, logger="tinker_emulator"):
         training = service.create_lora_training_client(base_model=name, rank=2, seed=0).result()

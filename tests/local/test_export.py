@@ -19,7 +19,8 @@ def test_export_writes_a_folder_that_matches_the_preset(tmp_path: Path, monkeypa
     from tinker_emulator import export as module
 
     folder = tmp_path / "tiny-hf"
-    monkeypatch.setattr(sys, "argv", ["export", "Qwen/Qwen3-4B-Instruct-2507", str(folder)])  # maps to gemlab/tiny-chat
+    monkeypatch.setenv("GEMLAB_LOCAL_MODEL", "gemlab/tiny-chat")
+    monkeypatch.setattr(sys, "argv", ["export", "Qwen/Qwen3-4B-Instruct-2507", str(folder)])  # its stand-in
     module.main()
     assert not any("lora" in key for key in load_file(folder / "model.safetensors"))
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -39,7 +40,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, monkeypatch):
     (tmp_path / "full" / "keep.txt").write_text("mine")
     for args, message in [
         (["gemlab/tiny", str(tmp_path / "full")], f"tinker_emulator.export: {tmp_path / 'full'} is not empty; choose a new folder"),
-        (["tiny", str(tmp_path / "other")], "tinker_emulator.export: Unknown model 'tiny'."),
+        (["tiny", str(tmp_path / "other")], "tinker_emulator.export: Unknown model 'tiny': not a local model. Available: gemlab/tiny, "),
     ]:
         monkeypatch.setattr(sys, "argv", ["export", *args])
         try:

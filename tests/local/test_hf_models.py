@@ -1,5 +1,6 @@
 """A causal LM in the Hugging Face cache loads by its own name, offline, with its own tokenizer and
-chat template; a name that is not cached maps to the tiny stand-in with one warning line."""
+chat template; a name that is not cached is refused in one line naming what is here, or runs on
+a stand-in that the caller named, with one warning line."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCau
 
 from tinker_emulator import LocalServiceClient
 from tinker_emulator.hf_models import cached_snapshot
-from tinker_emulator.models import TINY_CHAT, resolve_model_name
+from tinker_emulator.models import TINY_CHAT, UnknownModelError, resolve_model_name
 from gemlab.tiny.model import load_tiny_tokenizer
 from tests.helpers.local import rl_datum
 
@@ -86,8 +87,20 @@ def test_cached_qwen3_trains_by_name(hub_cache, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, training._params))
 
 
-def test_absent_name_maps_to_the_stand_in_with_one_line(hub_cache, caplog):
+def test_absent_name_is_refused_naming_what_is_here(hub_cache):
+    """Not trained on another model behind the caller's back: refused, with the cache's own models listed."""
+    with pytest.raises(UnknownModelError) as refused:
+        resolve_model_name("acme/not-downloaded")
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("Unknown model 'acme/not-downloaded': not a local model and not in the Hugging Face cache")
+    assert f"in the Hugging Face cache ({hub_cache}): {NAME}, {QWEN3_NAME};" in line
+    assert "gemlab/tiny-chat" in line and "SmolLM2-135M-Instruct" in line and "path of a Hugging Face model folder" in line
+
+
+def test_absent_name_runs_on_a_named_stand_in_with_one_line(hub_cache, caplog, monkeypatch):
     with caplog.at_level(logging.WARNING, logger="tinker_emulator"):
+        assert resolve_model_name("acme/not-downloaded", stand_in=TINY_CHAT) == TINY_CHAT
+        monkeypatch.setenv("GEMLAB_LOCAL_MODEL", TINY_CHAT)
         assert resolve_model_name("acme/not-downloaded") == TINY_CHAT
     lines = [r.getMessage() for r in caplog.records if "acme/not-downloaded" in r.getMessage()]
     assert len(lines) == 1 and "not available locally" in lines[0] and "\n" not in lines[0]

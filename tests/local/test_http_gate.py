@@ -170,3 +170,12 @@ def test_route_dependencies_run_on_the_event_loop():
 
 def test_clients_are_told_to_use_the_sdks_pyqwest_transport():
     assert client_config(compress=True).use_pyqwest_transport is True
+
+
+def test_a_data_dir_that_cannot_be_made_is_one_line(tmp_path):
+    from tinker_emulator.workshop_server.__main__ import main
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit) as exited:
+        main(["--data-dir", str(tmp_path / "a-file" / "data"), "--port", "0"])
+    assert exited.value.code == f"cannot use --data-dir {tmp_path / 'a-file' / 'data'}: Not a directory"

@@ -10,14 +10,14 @@ import pytest
 import tinker
 from tinker import types
 
-from tinker_emulator import TINY, LocalServiceClient
+from tinker_emulator import TINY, TINY_CHAT, LocalServiceClient
 from tinker_emulator.errors import LocalBackendError
 from tinker_emulator.rest_client import LocalRestClient
 
 
 @pytest.fixture
 def setup(tmp_path: Path):
-    service = LocalServiceClient(device="cpu", root=tmp_path)
+    service = LocalServiceClient(device="cpu", root=tmp_path, stand_in=TINY_CHAT)
     training = service.create_lora_training_client(
         base_model="Qwen/Qwen3-4B-Instruct-2507", rank=4, seed=0, user_metadata={"renderer_name": "qwen3"}
     ).result()

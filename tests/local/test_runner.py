@@ -155,7 +155,8 @@ def test_runner_refuses_a_missing_module_in_one_line(module: str):
     assert exited.value.code == f"tinker_emulator: no module named {module!r}"
 
 
-def test_patch_tinker_undoes_everything():
+def test_patch_tinker_undoes_everything(monkeypatch):
+    monkeypatch.delenv("GEMLAB_LOCAL_MODEL", raising=False)
     import tinker
     from transformers import AutoTokenizer
 
@@ -165,6 +166,8 @@ def test_patch_tinker_undoes_everything():
     handle = tinker.SamplingClient.__dict__["from_sampler_handle"]
     undo = patch_tinker()
     assert tinker.ServiceClient is not before[0] and tinker.RestClient is not before[1]
+    assert os.environ["GEMLAB_LOCAL_MODEL"] == "gemlab/tiny-chat"  # a Tinker program's model names run on the stand-in
     undo()
     assert (tinker.ServiceClient, tinker.RestClient, AutoTokenizer.__dict__["from_pretrained"]) == before
+    assert "GEMLAB_LOCAL_MODEL" not in os.environ
     assert tinker.SamplingClient.__dict__["from_sampler_handle"] is handle

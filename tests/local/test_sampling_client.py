@@ -214,7 +214,7 @@ def test_a_dropped_sampler_still_answers_its_queued_requests(service, training, 
 def test_a_stand_in_ends_samples_at_its_context_a_model_asked_by_name_refuses(service, monkeypatch):
     """A Tinker name served by a local stand-in (GEM's max_tokens=2048 on gemlab/tiny-chat's 2048
     tokens) samples until the stand-in's context is full; the local model by its own name refuses."""
-    monkeypatch.delenv("GEMLAB_LOCAL_MODEL", raising=False)
+    monkeypatch.setenv("GEMLAB_LOCAL_MODEL", "gemlab/tiny-chat")
     stand_in = service.create_sampling_client(base_model="Qwen/Qwen3-4B-Instruct-2507").result()
     context = stand_in._model.context_length
     prompt = types.ModelInput.from_ints([5] * (context - 3))

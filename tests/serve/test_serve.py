@@ -285,3 +285,22 @@ def test_command_line_refuses_an_unknown_model_in_one_line() -> None:
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "gemlab/nothing" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "error, said",
+    [
+        (ModuleNotFoundError("reading it needs the gguf package: pip install 'gguf>=0.10'"), "reading it needs the gguf package: pip install 'gguf>=0.10'"),
+        (MemoryError(), "out of memory while loading it: "),
+    ],
+)
+def test_a_model_that_cannot_load_is_one_line(monkeypatch, capsys, error, said) -> None:
+    from gemlab.openai_endpoint import __main__ as command
+
+    def fails(service, model):
+        raise error
+
+    monkeypatch.setattr(command, "sampling_client", fails)
+    assert command.main(["--model", "HuggingFaceTB/SmolLM2-135M-Instruct", "--backend", "local"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"cannot serve 'HuggingFaceTB/SmolLM2-135M-Instruct': {said}"), err

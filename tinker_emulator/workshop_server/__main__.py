@@ -124,7 +124,10 @@ def serve(args: argparse.Namespace) -> None:
         print(f"warning: serving on {args.host}, reachable from other machines; anyone with a key can train here", file=sys.stderr)
     data_dir = args.data_dir.expanduser().absolute()
     os.umask(0o077)  # what the server writes (tenants, runs, checkpoints, metadata) is its own: 0700 / 0600
-    keys = load_or_create(data_dir, args.keys)
+    try:
+        keys = load_or_create(data_dir, args.keys)
+    except OSError as exc:  # a data dir that cannot be made or written: one line, no traceback
+        sys.exit(f"cannot use --data-dir {data_dir}: {exc.strerror or exc}")
     limits = Limits(
         max_body=int(args.max_body_mb * 2**20),
         max_tokens=args.max_tokens,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_emulator import LocalRestClient, LocalSamplingClient, LocalServiceClient, LocalTrainingClient
+from tinker_emulator.workshop_server import served
 
 SESSION_TTL_S = 300.0  # a session with no request or heartbeat for this long is closed
 RETRIEVED_TTL_S = 60.0  # a fetched result stays this long, for a client that retries the poll
@@ -137,7 +138,7 @@ class Registry:
             root = self.data_dir / "tenants" / name
             root.mkdir(parents=True, exist_ok=True)
             self.tenants[name] = Tenant(
-                name, root, LocalServiceClient(device=self.device, root=root), LocalRestClient(root=root)
+                name, root, LocalServiceClient(device=self.device, root=root, stand_in=served.stand_in()), LocalRestClient(root=root)
             )
         return self.tenants[name]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from tinker_emulator.workshop_server import served
 from tinker_emulator.models import build_model, load_tokenizer, resolve_model_name
 
 REVISION = "gemlab-local"
@@ -27,7 +28,7 @@ def install_tokenizer(name: str, cache: Path | None = None) -> Path:
     """Save the tokenizer that model ``name`` is served with as hub model ``name``; its snapshot folder."""
     if name.count("/") != 1:
         raise ValueError(f"{name!r} is not a hub model name: expected 'org/model'")
-    local = resolve_model_name(name)
+    local = resolve_model_name(name, served.stand_in())
     tokenizer = load_tokenizer(local)
     repo = (cache or hub_cache()) / f"models--{name.replace('/', '--')}"
     commit = hashlib.sha1(f"{REVISION}:{name}".encode()).hexdigest()
