@@ -25,7 +25,10 @@ START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
 
 DIFFERENCES = {
     "ServiceClient.copy_weights": "copies to a new local run; `ttl_seconds` and `weights_access_token` are ignored",
-    "ServiceClient.create_lora_training_client": "a Tinker model name runs on the stand-in `$GEMLAB_LOCAL_MODEL` (the runner and the workshop server default to `gemlab/tiny-chat`), without one it is refused; optimizer AdamW only",
+    "ServiceClient.create_lora_training_client": (
+        "a Tinker model name runs on the stand-in `$GEMLAB_LOCAL_MODEL` (the runner and the workshop server default to "
+        "`gemlab/tiny-chat`), without one it is refused; optimizer AdamW only"
+    ),
     "ServiceClient.create_rest_client": "a `LocalRestClient` over the checkpoint root",
     "ServiceClient.create_sampling_client": "`retry_config` and `record_stability_info` are accepted and not needed",
     "ServiceClient.get_console_url": "the checkpoint root as a `file://` URI",
