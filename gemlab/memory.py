@@ -51,7 +51,7 @@ def usable_gb() -> tuple[float, str] | None:
         pass
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
-        found.append((soft / 1e9, "the address-space limit, ulimit -v"))
+        found.append((soft / 1e9, "ulimit -v, which counts address space reserved, not only memory used"))
     try:
         text = CGROUP_LIMIT.read_text().strip()
     except OSError:

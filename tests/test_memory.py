@@ -44,7 +44,7 @@ def test_other_failures_are_not_memory(error: BaseException) -> None:
 def test_the_address_space_limit_is_what_this_process_may_use(monkeypatch) -> None:
     monkeypatch.setattr(resource, "getrlimit", lambda which: (3 * 2**30, resource.RLIM_INFINITY))
     monkeypatch.setattr(memory, "CGROUP_LIMIT", memory.Path("/no/such/file"))
-    assert memory.usable_gb() == (3 * 2**30 / 1e9, "the address-space limit, ulimit -v")
+    assert memory.usable_gb() == (3 * 2**30 / 1e9, "ulimit -v, which counts address space reserved, not only memory used")
 
 
 def test_a_run_needs_its_models_measured_peak() -> None:
