@@ -18,8 +18,9 @@ What holds in both modes (Linux; macOS keeps the limits, the session and the cle
   2 GiB in all). As root without a cgroup, a fork bomb's count is bounded only by the timeout;
 - the tool's ``timeout`` (1 to 8 s) is enforced: GEM's ``run_python`` does not pass it on and kills
   a run at 10 s whatever it is (the 2 s left are the supervisor's, to start and clean up). At the
-  timeout, or once stdout or stderr passes 64 KiB (the rest becomes one line ``[output cut at 65536
-  bytes]``), every process of the run is killed: its session, and every process below the
+  timeout, or once stdout or stderr passes 2 KiB (the rest becomes one line ``[output cut at 2048
+  bytes]``: the output goes back into the model's conversation, which must stay within its
+  context), every process of the run is killed: its session, and every process below the
   supervisor (their subreaper), so none is left behind, a ``setsid`` daemon included;
 - the output reaches GEM as valid UTF-8: GEM decodes it strictly, and a stray byte would raise
   inside the trainer.
@@ -80,7 +81,7 @@ MEMORY_BYTES = 1 << 30
 #: process meets its address-space limit (a MemoryError) before the cgroup's reclaim slows it down.
 RUN_MEMORY_BYTES = 2 * MEMORY_BYTES
 FILE_BYTES = 16 << 20
-OUTPUT_BYTES = 64 << 10
+OUTPUT_BYTES = 2 << 10  # per stream; at most ~4k tokens back into an 8k-token context (SmolLM2's)
 PROCESSES = 64
 #: The longest tool timeout: GEM's ``run_python`` kills a run at its own DEFAULT_TIMEOUT (10 s) whatever
 #: the tool's timeout, and the supervisor needs a moment to start and to clean up before that.
