@@ -145,7 +145,7 @@ def test_bad_command_lines_are_one_line_and_status_2(cookbook, capsys):
 
     for argv, says in [
         (["env_id=game:GuessTheNumbr-v0-easy"], "Unknown GEM env id 'game:GuessTheNumbr-v0-easy'. Closest registered ids: game:GuessTheNumber-v0-easy"),
-        (["template=qwen"], "Unknown template 'qwen'. Known templates: qwen3_game, qwen3_general, no, chat."),
+        (["template=qwen"], "Unknown template 'qwen'. Known templates: qwen3_game, qwen3_general, no, chat, chat_turns."),
         (["group_size=0"], "group_size must be a positive integer, got 0"),
         (["nokey=1"], "Extraneous argument 'nokey'"),
     ]:
