@@ -123,6 +123,18 @@ def test_signals_save_and_a_second_process_is_refused(tmp_path: Path, reference:
 
 
 # ----- in a notebook: Ctrl-C during step() --------------------------------------------------
+def _nothing_else_draws_from_global_random() -> None:
+    """GEM's games draw from Python's global random, so a run repeats only while no other thread
+    does: an earlier test's leftover thread (an SDK client retrying a stopped server, with jitter)
+    would change the games at random points. Say so, instead of a metrics diff."""
+    import random
+
+    before = random.getstate()
+    time.sleep(0.5)
+    threads = [t.name for t in threading.enumerate()]
+    assert random.getstate() == before, f"a thread draws from Python's global random (threads alive: {threads})"
+
+
 def _trainer(tmp_path: Path, name: str, service=None) -> Trainer:
     return Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name, **SMALL), service_client=service, progress=False)
 
@@ -131,6 +143,7 @@ def _trainer(tmp_path: Path, name: str, service=None) -> Trainer:
 def test_ctrl_c_in_step_leaves_weights_metrics_and_counter_agreeing(tmp_path: Path, point: str) -> None:
     """Ctrl-C while sampling rolls the step back; while updating, lets it finish. Either way the
     next steps are exactly those of a run that was never interrupted."""
+    _nothing_else_draws_from_global_random()
     plain = _trainer(tmp_path, "plain")
     expected = _without_time([plain.step() for _ in range(4)])
     plain.close()
@@ -166,6 +179,7 @@ def test_request_stop_ends_run_after_the_step_with_a_checkpoint(tmp_path: Path) 
 def test_laptop_preset_is_reproducible_bit_for_bit_over_100_steps(tmp_path: Path) -> None:
     """Same seed, same machine and thread count: every metric of all 100 steps is identical
     (lockstep sampling makes the sampler's batches, hence its float rounding, timing-free)."""
+    _nothing_else_draws_from_global_random()
     runs = []
     for name in ("a", "b"):
         trainer = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name), progress=False)
