@@ -23,6 +23,7 @@ sampler another (see ``futures.py``), and the two copies share one set of base w
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib.metadata
@@ -31,6 +32,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -318,11 +320,25 @@ def load_tokenizer(name: str) -> Any:
 def build_model(name: str) -> Any:
     """A fresh copy of local model ``name`` (a Hugging Face causal LM on the CPU, float32)."""
     folder, options = model_source(name)
-    bar_was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # a bar per load of a 2 MB model is noise in a notebook
-    try:
+    with _no_load_bars():
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
+
+
+@contextlib.contextmanager
+def _no_load_bars() -> Iterator[None]:
+    """No progress bars while a model loads (2 s for SmolLM2's GGUF, less for the rest): a bar per
+    load is noise, and transformers' GGUF reader draws a ``tqdm.auto`` bar, in JupyterLab a widget,
+    whose messages leave the kernel reading "Idle" for the rest of the cell."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    gguf_bar = gguf_reader.tqdm
+    gguf_reader.tqdm = functools.partial(gguf_bar, disable=True)
+    try:
+        yield
     finally:
+        gguf_reader.tqdm = gguf_bar
         if bar_was_on:
             hf_logging.enable_progress_bar()
 

@@ -21,15 +21,9 @@ import pytest
 from tests.browser.jupyterlab import KNOWN_DEFECTS, REPO, JupyterLab, unexpected
 
 NOTEBOOKS = sorted(path.name for path in (REPO / "notebooks").glob("*.ipynb"))
-# A regression found at the end of the session of 2026-11-28 and not yet traced: in the browser the
-# SmolLM2 notebooks' second code cell (the Trainer loading SmolLM2) shows [*] while JupyterLab's
-# kernel status reads idle for over 15 s (StuckCell), since the merges of that session's speed and
-# first-hour work; nbmake still runs both notebooks to the end, and notebook 04 passes here.
-SMOLLM2_STUCK = "StuckCell in the browser while SmolLM2 loads (2026-11-28, not yet traced; nbmake runs it)"
-CASES = [pytest.param(name, marks=pytest.mark.skip(reason=SMOLLM2_STUCK)) if name in ("10_smollm2.ipynb", "11_tool_use.ipynb") else name for name in NOTEBOOKS]
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_clean_in_the_browser(name: str, lab: JupyterLab, page: Any, screenshot_dir: Path) -> None:
     start = time.monotonic()
     notebook = lab.open(page, name)
