@@ -54,13 +54,13 @@ def small_offline(command: str) -> list[str]:
 
 
 def run_example(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """``python -m tinker_emulator tinker_train.py ARGS`` with no hub, no wandb and no Tinker key, in ``tmp_path``
+    """``python -m tinker_emulator --import gemlab.envs tinker_train.py ARGS`` with no hub, no wandb and no Tinker key, in ``tmp_path``
     (GEM's script writes ./tinker_output); it must succeed."""
     environment = {**os.environ, **gem_train.ENV, "TINKER_API_KEY": "", "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints")}
     environment.pop("GEMLAB_LOCAL_MODEL", None)
     done = subprocess.run(
         # gemlab's envs registered first (math:GSMSymbolic): the emulator, its own package, imports no gemlab
-        [sys.executable, "-c", "import gemlab.envs, runpy; runpy.run_module('tinker_emulator', run_name='__main__', alter_sys=True)", str(gem_train.SCRIPT), *args],
+        [sys.executable, "-m", "tinker_emulator", "--import", "gemlab.envs", str(gem_train.SCRIPT), *args],
         capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -36,11 +36,12 @@ _REST_TARGETS = (
     ("tinker.lib.public_interfaces.rest_client", "RestClient"),
 )
 USAGE = (
-    "usage: python -m tinker_emulator SCRIPT [ARGS...]\n"
-    "       python -m tinker_emulator -m MODULE [ARGS...]\n\n"
+    "usage: python -m tinker_emulator [--import MODULE ...] SCRIPT [ARGS...]\n"
+    "       python -m tinker_emulator [--import MODULE ...] -m MODULE [ARGS...]\n\n"
     "Runs a Tinker script (or module, as python -m does) in this process, with tinker.ServiceClient\n"
     "replaced by tinker_emulator.LocalServiceClient. Tinker model names the backend lacks map to\n"
-    "$GEMLAB_LOCAL_MODEL (default gemlab/tiny-chat), for the clients and for AutoTokenizer.from_pretrained;\n"
+    "$GEMLAB_LOCAL_MODEL (default gemlab/tiny-chat), for the clients and for AutoTokenizer.from_pretrained.\n"
+    "--import MODULE imports MODULE first (gemlab.envs registers gemlab's offline envs with GEM);\n"
     "see docs/local-backend.md."
 )
 
@@ -97,11 +98,24 @@ def patch_tinker() -> Callable[[], None]:
     return undo
 
 
+def _import_first(module: str) -> None:
+    """Import ``module`` before the program runs (what it registers, the program then finds)."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as missing:
+        raise SystemExit(f"tinker_emulator: --import {module}: {missing}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m tinker_emulator SCRIPT [ARGS...]`` or ``-m MODULE [ARGS...]``: run it as
-    ``__main__`` on the local backend."""
+    """``python -m tinker_emulator [--import MODULE ...] SCRIPT [ARGS...]`` or ``-m MODULE [ARGS...]``:
+    run it as ``__main__`` on the local backend, after importing each ``--import`` module."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help") or args == ["-m"]:
+    while args[:1] == ["--import"] and len(args) > 2:
+        _import_first(args[1])
+        args = args[2:]
+    if not args or args[0] in ("-h", "--help", "--import") or args == ["-m"]:
         print(USAGE)
         raise SystemExit(0 if args[:1] in (["-h"], ["--help"]) else 2)
     if args[0] == "-m":

@@ -155,6 +155,23 @@ def test_runner_refuses_a_missing_module_in_one_line(module: str):
     assert exited.value.code == f"tinker_emulator: no module named {module!r}"
 
 
+def test_import_runs_before_the_program_and_a_missing_one_is_refused_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    from tinker_emulator.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "registers.py").write_text("import builtins\nbuiltins.registered_by_import = True\n")
+    (tmp_path / "program.py").write_text("import builtins\nprint('program sees', builtins.registered_by_import)\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["--import", "no_such_module_here", str(tmp_path / "program.py")])
+    assert exited.value.code == "tinker_emulator: --import no_such_module_here: No module named 'no_such_module_here'"
+    done = subprocess.run(
+        [sys.executable, "-m", "tinker_emulator", "--import", "registers", "program.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.stdout.strip().splitlines()[-1] == "program sees True", done.stderr[-2000:]
+
+
 def test_patch_tinker_undoes_everything(monkeypatch):
     monkeypatch.delenv("GEMLAB_LOCAL_MODEL", raising=False)
     import tinker
