@@ -144,9 +144,11 @@ class ProductsEnv(Env):
     answer ends the episode. Reset seed ``s`` draws the side's pair from ``random.Random(s)``
     (without a seed, from Python's global ``random``, as the other variants do)."""
 
+    # No worked example: SmolLM2 copies one's numbers (with ``print(12 * 34)`` shown, 0 of 64
+    # first turns printed the asked product; without it, 3 of 64 at temperature 0.5)
     QUESTION = (
-        "What is {a} * {b}? Do not work it out yourself: write one line of Python that prints it, in a ```python block, "
-        "for example\n```python\nprint(12 * 34)\n```\nWhen its result comes back, give that number as \\boxed{{N}}."
+        "What is {a} * {b}? Do not work it out yourself: write one line of Python that prints it, in a ```python block. "
+        "When its result comes back, give that number as \\boxed{{N}}."
     )
 
     def __init__(self, side: str = "train", **_: Any) -> None:

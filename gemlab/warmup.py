@@ -8,19 +8,25 @@ the examples come from is ``config.warmup_data``:
   answers in the expected ``\\boxed{...}`` form; ``gemlab/tiny-random`` (notebook 02) learns the
   format this way.
 - ``"own_answers"``: the model's own answers, re-formatted. Each problem is asked in the
-  tokenizer's chat template (``OWN_TOKENS`` tokens, temperature 1); the last integer the model
+  tokenizer's chat template (``OWN_TOKENS`` tokens, the run's temperature); the last integer the model
   wrote becomes the target ``\\boxed{N}``, and an answer without one is skipped. No ground truth
   is used, so any env whose answers are integers works, including reasoning-gym tasks, which have
   no scripted player. SmolLM2 adds, but explains instead of answering in the format: this
   teaches it the format and leaves its arithmetic (right or wrong) as it was.
 - ``"own_code"``: the model's own code, for tool envs (GEM's python tool). Each problem is asked
-  in the run's template (``OWN_CODE_TOKENS`` tokens, temperature 1); an answer that holds a Python
+  in the run's template (``OWN_CODE_TOKENS`` tokens, the run's temperature); an answer that holds a Python
   block (```` ```python ... ``` ```` or ``<python>...</python>``, as GEM's tool parses them) is cut
-  after its first block, which becomes the first turn's target (an answer without one is
-  skipped). The env then runs that block with its tool, as in an episode; where the tool printed
-  an integer, the last one becomes the second turn's target ``\\boxed{N}``. Nothing is checked
+  after its first block, which becomes the first turn's target. The env then runs that block
+  with its tool, as in an episode, and the last integer the tool printed becomes the second turn's
+  target ``\\boxed{N}`` (an answer without a block, or whose block printed no integer, is
+  skipped: code that errs or prints text shows no protocol worth copying). Nothing is checked
   against the right answer: this shows the model the protocol (call the tool with the code it
   would have written anyway, then report what the tool printed), right or wrong.
+- ``"tool_reports"``: as ``"own_code"``, but only the second turn is trained (report what the
+  tool printed, as ``\\boxed{N}``); the code the model writes is left as it was, for RL to
+  improve. Training its own code too raised SmolLM2's held-out success on products from 0.00 to
+  0.28 before any RL (the blocks that print an integer are mostly the right product): a
+  warm-up that teaches the task, not the format.
 
 The laptop preset's ``gemlab/tiny`` is pretrained and needs no warm-up.
 """
@@ -78,20 +84,20 @@ def first_code_block(text: str) -> str | None:
 
 
 async def own_examples(
-    training_client: Any, envs: Sequence[Any], tokenizer: Any, template: Template, count: int, *, seed: int, kind: str
+    training_client: Any, envs: Sequence[Any], tokenizer: Any, template: Template, count: int, *, seed: int, kind: str, temperature: float = 1.0
 ) -> list[types.Datum]:
     """``count`` (prompt, target) datums from the current weights' own answers: problem ``i`` is
     the first observation of an env reset with ``derive_seed(seed, i)``, asked as ``kind`` says
     (``own_answers``: the chat template, the last integer as ``\\boxed{N}``; ``own_code``: the
     run's template, the answer cut after its first Python block, then the tool's last printed
-    integer as ``\\boxed{N}``); the datums' prompts are ``template``'s. Gives up after ``4 * count``
-    problems."""
+    integer as ``\\boxed{N}``; ``tool_reports``: that second turn alone); the datums' prompts are
+    ``template``'s. Gives up after ``4 * count`` problems."""
     sampler = await training_client.save_weights_and_get_sampling_client()
-    own_code = kind == "own_code"
+    own_code = kind in ("own_code", "tool_reports")
     if own_code:
-        asking, target_of = Prompting(tokenizer, template, OWN_CODE_TOKENS, temperature=1.0), first_code_block
+        asking, target_of = Prompting(tokenizer, template, OWN_CODE_TOKENS, temperature), first_code_block
     else:
-        asking, target_of = Prompting(tokenizer, get_template("chat"), OWN_TOKENS, temperature=1.0), boxed_last_integer
+        asking, target_of = Prompting(tokenizer, get_template("chat"), OWN_TOKENS, temperature), boxed_last_integer
     end = end_of_turn_ids(tokenizer)[:1]
 
     async def examples(index: int) -> list[types.Datum]:
@@ -102,13 +108,14 @@ async def own_examples(
         if target is None:
             return []
         prompt, answer = template.render(observation, tokenizer), list(tokenizer.encode(target, add_special_tokens=False)) + end
-        found = [supervised_datum(prompt, answer)]
+        found = [] if kind == "tool_reports" else [supervised_datum(prompt, answer)]
         if own_code:  # the tool runs the block; what it printed, boxed, is the next turn's answer
             tool_output, _, done, _, _ = env.step(target)
             reported = None if done else boxed_last_integer(tool_output)
-            if reported is not None:
-                following = template.continue_tokens(prompt + answer, tool_output, tokenizer) if template.continues else template.render(tool_output, tokenizer)
-                found.append(supervised_datum(following, list(tokenizer.encode(reported, add_special_tokens=False)) + end))
+            if reported is None:  # code that printed no number shows no protocol worth copying
+                return []
+            following = template.continue_tokens(prompt + answer, tool_output, tokenizer) if template.continues else template.render(tool_output, tokenizer)
+            found.append(supervised_datum(following, list(tokenizer.encode(reported, add_special_tokens=False)) + end))
         return found
 
     datums: list[types.Datum] = []
@@ -119,7 +126,7 @@ async def own_examples(
         datums.extend(d for group in found for d in group)
         asked += wanted
     if len(datums) < count:
-        what = "a Python block" if own_code else "a number"
+        what = "a Python block that printed an integer" if own_code else "a number"
         raise ValueError(f"warmup_data={kind!r}: the model wrote {what} in only {len(datums)} of {asked} answers; use another warm-up")
     return datums[:count]
 
@@ -135,11 +142,12 @@ async def warmup_async(
     # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
     bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress, file=sys.stdout) if own_bar else progress
     per_step = config.warmup_batch_size or config.batch_size
-    own = config.warmup_data in ("own_answers", "own_code")
+    own = config.warmup_data in ("own_answers", "own_code", "tool_reports")
     if own:  # all asked of the model as it was before the warm-up
         bar.set_postfix_str(f"the model answers {config.warmup_steps * per_step} problems")
         examples = await own_examples(
-            training_client, envs, tokenizer, template, config.warmup_steps * per_step, seed=derive_seed(config.seed, WARMUP_STREAM), kind=config.warmup_data
+            training_client, envs, tokenizer, template, config.warmup_steps * per_step, seed=derive_seed(config.seed, WARMUP_STREAM),
+            kind=config.warmup_data, temperature=config.temperature,
         )
     losses: list[float] = []
     for index in range(config.warmup_steps):

@@ -110,9 +110,11 @@ def _trained_text(tokenizer, datum) -> str:
 def test_own_code_shows_the_tool_protocol_from_the_models_own_code_without_the_right_answer():
     """An answer with a Python block gives two examples: the block, cut after it, as the first
     turn; the tool's printed result, boxed, after the tool's reply in the same conversation. An
-    answer without a block is skipped. The code is the model's, wrong or right: no label is used."""
+    answer without a block, or whose block prints no integer, is skipped. The code is the model's,
+    wrong or right: no label is used."""
     tokenizer = load_tokenizer("gemlab/tiny-chat")
-    answers = _Answers(tokenizer, ["no code here", "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
+    printed_no_number = "```python\nprint('the product')\n```"
+    answers = _Answers(tokenizer, ["no code here", printed_no_number, "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
     envs = make_envs("math:products-3x2-train", 2, seed=0, env_wrappers="python_tool_sandboxed")
     template = get_template("chat_turns")
     datums = asyncio.run(own_examples(_training_client(answers), envs, tokenizer, template, 4, seed=3, kind="own_code"))
@@ -120,3 +122,13 @@ def test_own_code_shows_the_tool_protocol_from_the_models_own_code_without_the_r
     first, second = (d.model_input.to_ints() for d in datums[:2])
     assert second[: len(first)] == first  # the same conversation, continued
     assert "Code execution result: 1001" in tokenizer.decode(second[len(first) :])
+
+
+def test_tool_reports_trains_only_the_report_of_what_the_tool_printed():
+    """The same answers as own_code gives, less the code: the model's first turn is left to RL."""
+    tokenizer = load_tokenizer("gemlab/tiny-chat")
+    answers = _Answers(tokenizer, ["no code here", "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
+    envs = make_envs("math:products-3x2-train", 2, seed=0, env_wrappers="python_tool_sandboxed")
+    datums = asyncio.run(own_examples(_training_client(answers), envs, tokenizer, get_template("chat_turns"), 2, seed=3, kind="tool_reports"))
+    assert [_trained_text(tokenizer, d) for d in datums] == ["\\boxed{1001}"] * 2
+    assert "Code execution result: 1001" in tokenizer.decode(datums[0].model_input.to_ints())
