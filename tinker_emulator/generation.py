@@ -84,7 +84,8 @@ def choose_tokens(
     device = logits.device
     temperature = torch.tensor([r.temperature for r in rows], device=device)
     greedy = temperature <= 0
-    logprobs = torch.log_softmax(logits / torch.where(greedy, 1.0, temperature)[:, None], dim=-1)
+    scale = torch.where(greedy, 1.0, temperature)
+    logprobs = torch.log_softmax(logits if bool((scale == 1).all()) else logits / scale[:, None], dim=-1)  # x / 1 is x
     probs = logprobs.exp()
     top_k = torch.tensor([min(r.top_k, probs.shape[-1]) if r.top_k > 0 else 0 for r in rows], device=device)
     if bool((top_k > 0).any()):
@@ -102,7 +103,9 @@ def choose_tokens(
     uniform = torch.cat([torch.rand(1, generator=r.generator) for r in rows]).to(device)
     cdf = probs.cumsum(-1)
     drawn = torch.searchsorted(cdf, (uniform * cdf[:, -1])[:, None], right=True)[:, 0]
-    tokens = torch.where(greedy, logits.argmax(-1), drawn.clamp(max=probs.shape[-1] - 1))
+    tokens = drawn.clamp(max=probs.shape[-1] - 1)
+    if bool(greedy.any()):
+        tokens = torch.where(greedy, logits.argmax(-1), tokens)
     most = min(max(r.top_logprobs for r in rows), logprobs.shape[-1])
     top = logprobs.topk(most, dim=-1) if most > 0 else None
     return tokens, logprobs.gather(-1, tokens[:, None])[:, 0], None if top is None else (top.indices, top.values)

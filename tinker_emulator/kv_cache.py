@@ -11,6 +11,8 @@ where it takes them with the model's config (4.56 on), else by ``DynamicCache.fr
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import inspect
 from typing import Any
 
@@ -21,6 +23,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 CACHE = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 _BUILT_FROM_PAIRS = "ddp_cache_data" in inspect.signature(DynamicCache.__init__).parameters
+_DynamicLayer = getattr(importlib.import_module("transformers.cache_utils"), "DynamicLayer", None)  # 4.56 on
 
 Pairs = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -39,12 +42,59 @@ def tensors(cache: Any) -> Pairs:
     return list(zip(cache.key_cache, cache.value_cache))
 
 
-def from_tensors(model: Any, pairs: Pairs) -> Any:
+def from_tensors(model: Any, pairs: Pairs, kind: type = DynamicCache) -> Any:
     """A cache holding each layer's ``(keys, values)`` (the reverse of ``tensors``); gradients flow
     back to them through what a forward pass appends."""
     if _BUILT_FROM_PAIRS:
-        return DynamicCache(ddp_cache_data=pairs, config=model.config)
-    return DynamicCache.from_legacy_cache(tuple(pairs))
+        return kind(ddp_cache_data=pairs, config=model.config)
+    return kind.from_legacy_cache(tuple(pairs))
+
+
+def for_sampling(model: Any, pairs: Pairs | None = None) -> Any:
+    """A cache for passes without gradients under the current autocast, holding ``pairs`` (or
+    nothing yet). Under autocast it stores keys and values in autocast's dtype: the attention
+    reads them in that dtype anyway, and keys come out of the rotary embedding in float32, so a
+    plain cache would hold them at twice the size and cast all of them again at every decoding step."""
+    device = model.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+    kind = DynamicCache if dtype is None else _stored_in(dtype)
+    if not pairs:
+        return kind(config=model.config) if _BUILT_FROM_PAIRS else kind()
+    return from_tensors(model, [(k.to(dtype or k.dtype), v.to(dtype or v.dtype)) for k, v in pairs], kind)
+
+
+@functools.cache
+def _stored_in(dtype: torch.dtype) -> type:
+    """A ``DynamicCache`` that stores what it is given in ``dtype``, each plain layer's keys and
+    values in a buffer with room to grow (``Growing``)."""
+
+    class StoredIn(DynamicCache):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
+            key_states, value_states = key_states.to(dtype), value_states.to(dtype)
+            layers = getattr(self, "layers", ())
+            if layer_idx < len(layers) and type(layers[layer_idx]) is _DynamicLayer and layers[layer_idx].is_initialized:
+                return _grow(self, layers[layer_idx], layer_idx, key_states, value_states)
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+
+    return StoredIn
+
+
+def _grow(cache: Any, layer: Any, index: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append to a layer as ``DynamicLayer.update`` does, but into buffers with room for as many
+    positions again, so that a decoding step writes one position instead of copying the whole
+    cache (``torch.cat``): the layer's keys and values are views of the buffers' filled part. A
+    layer whose tensors are no longer those views (rows reordered or repeated) gets new buffers."""
+    buffers = cache.__dict__.setdefault("_growing", {})
+    held, new = layer.keys.shape[-2], keys.shape[-2]
+    room = buffers.get(index)
+    if room is None or room[0].data_ptr() != layer.keys.data_ptr() or room[0].shape[0] != layer.keys.shape[0] or room[0].shape[-2] < held + new:
+        size = 2 * (held + new)
+        room = tuple(t.new_empty((*t.shape[:-2], size, t.shape[-1])) for t in (layer.keys, layer.values))
+        room[0][..., :held, :], room[1][..., :held, :] = layer.keys, layer.values
+        buffers[index] = room
+    room[0][..., held : held + new, :], room[1][..., held : held + new, :] = keys, values
+    layer.keys, layer.values = room[0][..., : held + new, :], room[1][..., : held + new, :]
+    return layer.keys, layer.values
 
 
 def row(cache: Any, index: int, positions: torch.Tensor) -> Pairs:
@@ -72,4 +122,4 @@ def left_padded(model: Any, pasts: list[Pairs | None]) -> tuple[Any, torch.Tenso
     for i, length in enumerate(lengths):
         if length:
             mask[i, width - length :] = 1
-    return from_tensors(model, layers), mask
+    return for_sampling(model, layers), mask

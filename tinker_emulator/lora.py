@@ -6,7 +6,9 @@ touches it, and it activates the adapter it needs before each forward pass, so m
 share one copy of the base weights (one copy for training runs, one for samplers). ``train_attn`` targets the attention projections, ``train_mlp`` the
 MLP projections and ``train_unembed`` the output layer (``lm_head``), as Tinker's flags do.
 The scale is ``LORA_ALPHA / rank``; A starts Kaiming-uniform (from the seed), B at zero, so a
-new adapter leaves the model's outputs unchanged.
+new adapter leaves the model's outputs unchanged. Adapters are float32 whatever the base weights
+are held in; on bfloat16 weights (``precision.py``) PEFT creates them in bfloat16 first, so A's
+first values are rounded to bfloat16.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from peft.tuners.lora import LoraLayer
 
 from tinker_emulator import precision
 from tinker_emulator.models import LoadedModel
@@ -70,7 +73,6 @@ class LoraSpec:
 def target_modules(model: Any, spec: LoraSpec) -> list[str]:
     """Names of the linear layers ``spec`` adapts, found by where they sit in the model (also
     once other adapters have wrapped them)."""
-    from peft.tuners.lora import LoraLayer
     from transformers.pytorch_utils import Conv1D
 
     unembed = model.get_output_embeddings()
@@ -120,6 +122,12 @@ def add_adapter(lm: LoadedModel, spec: LoraSpec, seed: int, prefix: str) -> str:
             lm.peft = get_peft_model(lm.model, peft_config(lm, spec), adapter_name=name)
         else:
             lm.peft.add_adapter(name, peft_config(lm, spec))
+    if lm.dtype != torch.float32:
+        # PEFT casts a layer's input to the adapter's float32 and autocast casts it straight back:
+        # the same numbers without the two copies (the adapter itself stays float32)
+        for module in lm.peft.modules():
+            if isinstance(module, LoraLayer):
+                module.cast_input_dtype_enabled = False
     return name
 
 

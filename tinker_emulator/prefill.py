@@ -76,10 +76,10 @@ def prefill(
     shared = shared_prefix_length([prompts[i] for i in fresh]) if share and len(fresh) > 1 else 0
     if shared < MIN_SHARED_TOKENS:
         shared = 0
-    cache = None
+    cache = kv_cache.for_sampling(model)
     if shared:
         prefix = torch.as_tensor([list(prompts[fresh[0]][:shared])], dtype=torch.long, device=device)
-        cache = kv_cache.forward(model, input_ids=prefix, logits_to_keep=1)[1]
+        cache = kv_cache.forward(model, cache, input_ids=prefix, logits_to_keep=1)[1]
     if len(fresh) < len(prompts):  # rows that start from what they know, the others from the shared prefix
         prefix_pairs = [(k[0], v[0]) for k, v in kv_cache.tensors(cache)] if shared else None
         starts = [shared if k is None else k[0] for k in known]

@@ -34,8 +34,9 @@ def test_auto_picks_bfloat16_only_where_measured_fast_on_a_large_model_on_a_cpu(
 
 
 def test_held_bfloat16_weights_compute_what_autocast_computes_from_float32_weights():
-    """Bit for bit, with a LoRA adapter on every layer; the output layer gets its own copy (the
-    embeddings stay float32), and the adapter stays float32."""
+    """Bit for bit, with a LoRA adapter on every layer (its input not sent through float32 on the
+    way, which changes nothing either); the output layer gets its own copy (the embeddings stay
+    float32), and the adapter stays float32."""
     from gemlab.tiny.model import build_tiny_model
 
     tokenizer = load_tokenizer(TINY)
@@ -57,6 +58,11 @@ def test_held_bfloat16_weights_compute_what_autocast_computes_from_float32_weigh
         with lora.active(lm, name) as model:
             logits.append(model(input_ids=ids).logits.float())
     assert torch.equal(logits[0], logits[1])
+    for module in loaded[0].peft.modules():  # PEFT's own round trip of the input through float32
+        if hasattr(module, "cast_input_dtype_enabled"):
+            module.cast_input_dtype_enabled = True
+    with lora.active(loaded[0], name) as model:
+        assert torch.equal(model(input_ids=ids).logits.float(), logits[0])
 
 
 def _learner_logprobs(training, tokens):
