@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tinker_emulator.prefill import worth_sharing
-from tinker_emulator.prefix_scoring import Cluster, SharedPrefixes, sharing_plan
+from tinker_emulator.prefix_scoring import Cluster, SharedPrefixes, sharing_plan, target_logprobs
 
 # Logits of one micro-batch stay under about this many floats (64 MB in float32; a pass holds a few
 # tensors of that size: the logits, their log-softmax and its gradient), so a 49k-token vocabulary
@@ -44,7 +44,8 @@ def scored_batches(
     for the next. Prefixes that rows share run once on models large enough for it to pay
     (``prefix_scoring.py``), however many micro-batches their rows take; the other rows run plain."""
     budget = max(1, MAX_LOGIT_FLOATS // vocab_size)
-    clusters = sharing_plan(inputs, targets) if worth_sharing(model) else [Cluster(tuple(range(len(inputs))), 0)]
+    large = worth_sharing(model)
+    clusters = sharing_plan(inputs, targets) if large else [Cluster(tuple(range(len(inputs))), 0)]
     shared = [c for c in clusters if c.shared]
     # a prefix pass stays alive beside its rows' micro-batches: it takes at most half the budget,
     # and they what it leaves
@@ -56,14 +57,15 @@ def scored_batches(
     plain = [row for c in clusters if not c.shared for row in c.rows]
     for part in micro_batches([len(inputs[row]) for row in plain], budget):
         rows = [plain[j] for j in part]
-        yield rows, _plain_logprobs(model, [inputs[r] for r in rows], [targets[r] for r in rows], pad_id)
+        yield rows, _plain_logprobs(model, [inputs[r] for r in rows], [targets[r] for r in rows], pad_id, large)
 
 
 def _plain_logprobs(
-    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int
+    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, large: bool
 ) -> list[torch.Tensor]:
     """``scored_batches``'s logprobs in one forward pass of right-padded rows (under a causal mask, padding
-    after a token never changes it)."""
+    after a token never changes it). The tiny models keep the transposed cross-entropy they were
+    recorded with (the same values but for float rounding; their runs repeat bit for bit)."""
     device = model.device
     lengths = [len(seq) for seq in inputs]
     width = max(lengths)
@@ -80,5 +82,8 @@ def _plain_logprobs(
     labels = torch.zeros((len(inputs), width), dtype=torch.long)
     for row, target in enumerate(targets):
         labels[row, : len(target)] = target
-    nll = F.cross_entropy(logits.transpose(1, 2), labels.to(device), reduction="none")
-    return [-nll[row, :length] for row, length in enumerate(lengths)]
+    if large:
+        logprobs = target_logprobs(logits, labels.to(device))
+    else:
+        logprobs = -F.cross_entropy(logits.transpose(1, 2), labels.to(device), reduction="none")
+    return [logprobs[row, :length] for row, length in enumerate(lengths)]
