@@ -126,14 +126,15 @@ class LoadedModel:
     def cpu_threads(self) -> int:
         """Torch threads for this model's next large pass on a CPU: ``$GEMLAB_THREADS``, else 1 for
         models under 50M parameters (more threads only add synchronisation, and on a busy machine
-        OpenMP's spinning makes them 10-100x slower), else the cores (at most 4) while the other
+        OpenMP's spinning makes them 10-100x slower), else the cores this process may run on
+        (``taskset``, a container's CPU set; at most 4) while the other
         worker is idle, as in the synchronous loop where sampling and training take turns, and half
         of them while both compute at once (sampling ahead), so the two workers split the cores."""
         if os.environ.get(THREADS_ENV):
             return max(1, int(os.environ[THREADS_ENV]))
         if self.parameter_count < 50_000_000:
             return 1
-        cores = max(1, min(4, os.cpu_count() or 2))
+        cores = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2))
         other = SAMPLING if self.role == TRAINING else TRAINING
         return max(1, cores // 2) if worker_busy(other) else cores
 
