@@ -13,10 +13,11 @@ them: the adapter, stamped with its tensors' versions (torch bumps a tensor's ve
 in-place write: an optimizer step, loaded weights), so entries of weights that have since
 changed are dropped, never used. An adapter's entries go with the adapter. A kept sequence that a
 newer one extends is dropped (the newer serves every prompt it served), and the least recently
-used go first once the entries hold more than ``$GEMLAB_KV_CACHE_MB`` megabytes (default 1024;
+used go first once the entries hold more than ``$GEMLAB_KV_CACHE_MB`` megabytes (default 512;
 0 keeps nothing). SmolLM2-135M holds 30 layers x (keys, values) x 3 KV heads x 64 dims = 11,520
-numbers a token: 23 kB in bfloat16, 46 kB in float32, so 1024 MB hold 46,000 tokens in bfloat16
-(64 episodes of 700 tokens).
+numbers a token: 23 kB in bfloat16, 46 kB in float32, so 512 MB hold 23,000 tokens in bfloat16
+(64 episodes of 360 tokens; 11,000 in float32). A base model's entries (no adapter) never go
+stale: they stay until newer ones push them out.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 import torch
 
 BUDGET_ENV = "GEMLAB_KV_CACHE_MB"
-DEFAULT_MB = 1024
+DEFAULT_MB = 512
 
 Pairs = list[tuple[torch.Tensor, torch.Tensor]]
 
