@@ -282,7 +282,9 @@ def float32_models() -> Iterator[None]:
         os.environ.pop(DTYPE_ENV)
 
 
-def compare_float32(report: Report, args: argparse.Namespace, sampler: Any, training: Any, train: Callable[[], None], prompts: list[list[int]], peaks: dict[torch.dtype, float]) -> None:
+def compare_float32(
+    report: Report, args: argparse.Namespace, sampler: Any, training: Any, train: Callable[[], None], prompts: list[list[int]], peaks: dict[torch.dtype, float]
+) -> None:
     """The turn-2 sampling and the long training row on float32 weights (vs bfloat16), and the
     logprob difference between the bfloat16 sampler and a float32 and a bfloat16 learner."""
     bf16_sample = timed(args.repeats, local_sampling(sampler, prompts, args.max_tokens))
@@ -400,7 +402,7 @@ def local_step(training: Any, shape: StepShape, merge: bool = True) -> Callable[
             return [(list(r.sequences[0].tokens), list(r.sequences[0].logprobs)) for r in asyncio.run(turn_requests())]
 
         batch = play(sample_turn, tokenizer, shape, step)
-        del sampler
+        sampler = None  # its snapshot is released before training
         sampled = time.perf_counter()
         prepared = prepare(batch, config, step)
         if not merge:
@@ -446,7 +448,7 @@ def plain_step(name: str, dtype: torch.dtype, shape: StepShape, rank: int, micro
                 min_new_tokens=shape.action_tokens, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
             )
         new = out.sequences[:, width:]
-        logprobs = torch.stack([torch.log_softmax(l.float(), -1) for l in out.logits], 1).gather(-1, new[..., None])[..., 0]
+        logprobs = torch.stack([torch.log_softmax(step_logits.float(), -1) for step_logits in out.logits], 1).gather(-1, new[..., None])[..., 0]
         return [(new[i].tolist(), logprobs[i].tolist()) for i in range(len(prompts))]
 
     def run() -> dict[str, float]:
