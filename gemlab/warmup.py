@@ -18,8 +18,9 @@ the examples come from is ``config.warmup_data``:
   block (```` ```python ... ``` ```` or ``<python>...</python>``, as GEM's tool parses them) is cut
   after its first block, which becomes the first turn's target. The env then runs that block
   with its tool, as in an episode, and the last integer the tool printed becomes the second turn's
-  target ``\\boxed{N}`` (an answer without a block, or whose block printed no integer, is
-  skipped: code that errs or prints text shows no protocol worth copying). Nothing is checked
+  target ``\\boxed{N}`` (an answer without a block, or whose block failed (an error, a timeout:
+  GEM's tool counts no success), printed more than the sandbox passes on, or printed no integer,
+  is skipped: such code shows no protocol worth copying). Nothing is checked
   against the right answer: this shows the model the protocol (call the tool with the code it
   would have written anyway, then report what the tool printed), right or wrong.
 - ``"tool_reports"``: as ``"own_code"``, but only the second turn is trained (report what the
@@ -111,9 +112,10 @@ async def own_examples(
         prompt, answer = template.render(observation, tokenizer), list(tokenizer.encode(target, add_special_tokens=False)) + end
         found = [] if kind == "tool_reports" else [supervised_datum(prompt, answer)]
         if own_code:  # the tool runs the block; what it printed, boxed, is the next turn's answer
-            tool_output, _, done, _, _ = env.step(target)
-            reported = None if done else boxed_last_integer(tool_output)
-            if reported is None:  # code that printed no number shows no protocol worth copying
+            tool_output, _, done, _, info = env.step(target)
+            ran = not done and info.get("tool_success_counter", 0) > 0 and "[output cut at" not in tool_output
+            reported = boxed_last_integer(tool_output) if ran else None
+            if reported is None:  # code that failed, or printed no number, shows no protocol worth copying
                 return []
             following = template.continue_tokens(prompt + answer, tool_output, tokenizer) if template.continues else template.render(tool_output, tokenizer)
             found.append(supervised_datum(following, list(tokenizer.encode(reported, add_special_tokens=False)) + end))

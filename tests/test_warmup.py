@@ -110,11 +110,12 @@ def _trained_text(tokenizer, datum) -> str:
 def test_own_code_shows_the_tool_protocol_from_the_models_own_code_without_the_right_answer():
     """An answer with a Python block gives two examples: the block, cut after it, as the first
     turn; the tool's printed result, boxed, after the tool's reply in the same conversation. An
-    answer without a block, or whose block prints no integer, is skipped. The code is the model's,
+    answer without a block, or whose block fails or prints no integer, is skipped. The code is the model's,
     wrong or right: no label is used."""
     tokenizer = load_tokenizer("gemlab/tiny-chat")
     printed_no_number = "```python\nprint('the product')\n```"
-    answers = _Answers(tokenizer, ["no code here", printed_no_number, "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
+    failed = "```python\nprint(x * 2)\n```"  # a NameError: its traceback holds line numbers, not a result
+    answers = _Answers(tokenizer, ["no code here", printed_no_number, failed, "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
     envs = make_envs("math:products-3x2-train", 2, seed=0, env_wrappers="python_tool_sandboxed")
     template = get_template("chat_turns")
     datums = asyncio.run(own_examples(_training_client(answers), envs, tokenizer, template, 4, seed=3, kind="own_code"))
