@@ -129,9 +129,11 @@ def _nothing_else_draws_from_global_random() -> None:
     would change the games at random points. Say so, instead of a metrics diff."""
     import random
 
+    threads = [t.name for t in threading.enumerate()]
+    sdk = [name for name in threads if "_background_thread_func" in name]  # the tinker SDK's event loop
+    assert not sdk, f"an earlier test left a tinker SDK client running (its retries draw from the global random): {threads}"
     before = random.getstate()
     time.sleep(0.5)
-    threads = [t.name for t in threading.enumerate()]
     assert random.getstate() == before, f"a thread draws from Python's global random (threads alive: {threads})"
 
 

@@ -193,21 +193,19 @@ def test_a_conversation_step_trains_each_episode_as_one_datum_and_samples_from_i
     """``chat_turns`` on GuessTheNumber: every later turn's prompt extends the last prompt and action,
     so the sampler starts each later turn from the episode's kept keys and values, and the learner
     gets one datum per episode; the logprob gap stays float rounding."""
-    import torch
-
     from tinker_emulator import TINY
     from tinker_emulator.futures import SAMPLING
-    from tinker_emulator.models import load_model
+    from tinker_emulator.models import choose_device, load_model
 
     config = make_config("laptop", log_dir=str(tmp_path), run_name="turns", template="chat_turns", env_wrappers="", max_steps=1, batch_size=16, num_env=4)
-    turns = load_model(TINY, torch.device("cpu"), role=SAMPLING).turns
+    turns = load_model(TINY, choose_device(), role=SAMPLING).turns  # the copy the Trainer samples from
     hits = turns.hits
     trainer = Trainer(config, progress=False)
     try:
         metrics = trainer.step()
     finally:
         trainer.close()
-    later_turns = metrics["sampler/num_episodes"] * (metrics["sampler/num_turns_per_episode"] - 1)
+    later_turns = round(metrics["sampler/num_episodes"] * (metrics["sampler/num_turns_per_episode"] - 1))
     assert later_turns > 0 and turns.hits - hits == later_turns
     assert metrics["train/num_datums"] < metrics["train/num_transitions"] == 16
     assert abs(metrics["train/kl_sample_train_v1"]) < 1e-4

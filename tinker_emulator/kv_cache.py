@@ -72,11 +72,16 @@ def _stored_in(dtype: torch.dtype) -> type:
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
             key_states, value_states = key_states.to(dtype), value_states.to(dtype)
             layers = getattr(self, "layers", ())
-            if layer_idx < len(layers) and type(layers[layer_idx]) is _DynamicLayer and layers[layer_idx].is_initialized:
+            if layer_idx < len(layers) and type(layers[layer_idx]) is _DynamicLayer and _filled(layers[layer_idx]):
                 return _grow(self, layers[layer_idx], layer_idx, key_states, value_states)
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     return StoredIn
+
+
+def _filled(layer: Any) -> bool:
+    """Whether a ``DynamicLayer`` holds keys and values yet (``is_initialized`` where transformers has it)."""
+    return bool(getattr(layer, "is_initialized", getattr(layer, "keys", None) is not None))
 
 
 def _grow(cache: Any, layer: Any, index: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -94,6 +94,14 @@ def context_length(name: str) -> int:
     return int(config["max_position_embeddings"])
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's CPU set)
+    where the OS has one, else every core."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 2
+
+
 class UnknownModelError(ValueError):
     """A model name the local backend can neither load nor map to a local model."""
 
@@ -134,7 +142,7 @@ class LoadedModel:
             return max(1, int(os.environ[THREADS_ENV]))
         if self.parameter_count < 50_000_000:
             return 1
-        cores = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2))
+        cores = max(1, min(4, usable_cores()))
         other = SAMPLING if self.role == TRAINING else TRAINING
         return max(1, cores // 2) if worker_busy(other) else cores
 

@@ -98,22 +98,26 @@ def patch_tinker() -> Callable[[], None]:
     return undo
 
 
-def _import_first(module: str) -> None:
-    """Import ``module`` before the program runs (what it registers, the program then finds)."""
+def _check_import(module: str) -> None:
+    """Refuse, in one line, an ``--import`` module that cannot be found (before anything is patched)."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as missing:
-        raise SystemExit(f"tinker_emulator: --import {module}: {missing}") from None
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise SystemExit(f"tinker_emulator: --import {module}: no module named {module!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m tinker_emulator [--import MODULE ...] SCRIPT [ARGS...]`` or ``-m MODULE [ARGS...]``:
     run it as ``__main__`` on the local backend, after importing each ``--import`` module."""
     args = list(sys.argv[1:] if argv is None else argv)
+    imports = []
     while args[:1] == ["--import"] and len(args) > 2:
-        _import_first(args[1])
+        _check_import(args[1])
+        imports.append(args[1])
         args = args[2:]
     if not args or args[0] in ("-h", "--help", "--import") or args == ["-m"]:
         print(USAGE)
@@ -129,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.path.remove(os.getcwd())
             raise SystemExit(f"tinker_emulator: no module named {module!r}")
         patch_tinker()
+        for each in imports:  # after the patch: what they take from tinker is the local backend
+            importlib.import_module(each)
         sys.argv = [module, *args[2:]]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return
@@ -136,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not script.is_file():
         raise SystemExit(f"tinker_emulator: no such script: {script}")
     patch_tinker()
+    for each in imports:
+        importlib.import_module(each)
     sys.argv = [str(script), *args[1:]]
     sys.path.insert(0, str(script.resolve().parent))
     runpy.run_path(str(script), run_name="__main__")

@@ -171,6 +171,15 @@ def test_chained_work_keeps_the_lane_it_was_asked_in():
     second.stop()
 
 
+def test_usable_cores_are_the_affinity_not_the_machines_cores(monkeypatch):
+    """Under taskset -c 0,1 on a 16-core machine a pass uses 2 threads, not 4."""
+    from tinker_emulator.models import usable_cores
+
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert usable_cores() == 2
+
+
 def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypatch):
     """The synchronous loop: sampling and training take turns, so each large pass gets the cores
     (at most 4) and a decoding step one; while the other worker has work, each takes half;
@@ -184,7 +193,7 @@ def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypat
     lm = LoadedModel(name="big", model=torch.nn.Linear(1, 1), tokenizer=None, device=torch.device("cpu"), role=TRAINING)
     lm.__dict__["parameter_count"] = 135_000_000
     monkeypatch.delenv(THREADS_ENV, raising=False)
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("tinker_emulator.models.usable_cores", lambda: 2)
     sampler = Worker(SAMPLING)
     monkeypatch.setitem(futures._workers, SAMPLING, sampler)
     assert lm.cpu_threads == 2
@@ -207,7 +216,7 @@ def test_a_large_model_takes_every_core_while_the_other_worker_is_idle(monkeypat
     with torch.enable_grad():
         lm.use_threads(tokens=64)  # a small training pass: its backward is the larger part, every core
         assert torch.get_num_threads() == 2
-    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setattr("tinker_emulator.models.usable_cores", lambda: 16)
     assert lm.cpu_threads == 4
     monkeypatch.setenv(THREADS_ENV, "3")
     assert lm.cpu_threads == 3

@@ -160,16 +160,17 @@ def test_import_runs_before_the_program_and_a_missing_one_is_refused_in_one_line
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    (tmp_path / "registers.py").write_text("import builtins\nbuiltins.registered_by_import = True\n")
+    # what the module takes from tinker at import is already the local backend's
+    (tmp_path / "registers.py").write_text("import builtins\nfrom tinker import ServiceClient\nbuiltins.registered_by_import = ServiceClient.__name__\n")
     (tmp_path / "program.py").write_text("import builtins\nprint('program sees', builtins.registered_by_import)\n")
     with pytest.raises(SystemExit) as exited:
         main(["--import", "no_such_module_here", str(tmp_path / "program.py")])
-    assert exited.value.code == "tinker_emulator: --import no_such_module_here: No module named 'no_such_module_here'"
+    assert exited.value.code == "tinker_emulator: --import no_such_module_here: no module named 'no_such_module_here'"
     done = subprocess.run(
         [sys.executable, "-m", "tinker_emulator", "--import", "registers", "program.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
-    assert done.stdout.strip().splitlines()[-1] == "program sees True", done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "program sees LocalServiceClient", done.stderr[-2000:]
 
 
 def test_patch_tinker_undoes_everything(monkeypatch):
