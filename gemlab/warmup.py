@@ -52,7 +52,10 @@ from gemlab.templates import Template, get_template
 WARMUP_STREAM = -1  # derive_seed(seed, -1): the warm-up's stream (gemlab/seeds.py lists them all)
 OWN_TOKENS = 48  # room for a short explanation and its number
 OWN_CODE_TOKENS = 64  # room for a line of code in a block, and some words around it
-MAX_ASKED = 8  # problems asked per example wanted, at most (SmolLM2 at 0.7: 1 in 6 answers has a block that prints an integer)
+MAX_ASKED = 4  # problems asked per example wanted, at most: an answer with a number
+# from code, where 1 answer in 10 holds a block that runs and prints an integer (SmolLM2 at 0.7):
+MAX_ASKED_CODE = 16  # problems asked per example wanted, at most
+MIN_ROUND_CODE = 32  # problems asked at once, at least: a round costs a whole generation, however few rows it has
 INTEGER = re.compile(r"-?\d+")
 CODE_BLOCK = re.compile(r"<python>.*?</python>|```\n?python.*?```", re.DOTALL)  # the blocks GEM's PythonCodeTool runs
 
@@ -93,7 +96,7 @@ async def own_examples(
     (``own_answers``: the chat template, the last integer as ``\\boxed{N}``; ``own_code``: the
     run's template, the answer cut after its first Python block, then the tool's last printed
     integer as ``\\boxed{N}``; ``tool_reports``: that second turn alone); the datums' prompts are
-    ``template``'s. Gives up after ``MAX_ASKED * count`` problems."""
+    ``template``'s. Gives up after ``MAX_ASKED * count`` problems (``MAX_ASKED_CODE`` for code)."""
     sampler = await training_client.save_weights_and_get_sampling_client()
     own_code = kind in ("own_code", "tool_reports")
     if own_code:
@@ -123,8 +126,9 @@ async def own_examples(
 
     datums: list[types.Datum] = []
     asked = 0
-    while len(datums) < count and asked < MAX_ASKED * count:
-        wanted = count - len(datums)
+    limit, least = (MAX_ASKED_CODE * count, MIN_ROUND_CODE) if own_code else (MAX_ASKED * count, 0)
+    while len(datums) < count and asked < limit:
+        wanted = max(count - len(datums), min(least, limit - asked))
         found = await asyncio.gather(*(examples(asked + i) for i in range(wanted)))  # the backend batches them
         datums.extend(d for group in found for d in group)
         asked += wanted
