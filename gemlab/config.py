@@ -329,8 +329,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_steps=60,
     ),
     # SmolLM2-135M-Instruct learning to use GEM's python tool on products it cannot do in its head,
-    # scored on held-out products: a label-free warm-up on its own code blocks, then GRPO over whole
-    # two-turn episodes (write code, read its output, answer), the episode as one conversation
+    # scored on held-out products: a label-free warm-up on reporting what the tool printed for its own
+    # code, then GRPO over whole two-turn episodes (write code, read its output, answer), the episode
+    # as one conversation. At temperature 0.7 the sampler's logprobs are those of the sharpened
+    # distribution, so train/kl_sample_train_* and train/logprob_diff_abs measure that, not rounding
     "smollm2-tool": dict(
         LAPTOP,
         model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
