@@ -27,8 +27,8 @@ the examples come from is ``config.warmup_data``:
   tool printed, as ``\\boxed{N}``), leaving the code to RL. Measured on SmolLM2 and products
   (2 x 12 reports): it stopped calling the tool altogether (1.0 turns per episode, every answer a
   bare ``\\boxed{N}`` from the first turn), so RL had no reward to learn from. Kept as the
-  measured counterpart of ``"own_code"``, which on the same task (2 x 32 examples) took held-out
-  success from 0.00 to 0.28 before any RL.
+  measured counterpart of ``"own_code"``, which on the same task (2 steps of 16 (code, report)
+  pairs) took held-out success from 0.00 to 0.28 before any RL.
 
 The laptop preset's ``gemlab/tiny`` is pretrained and needs no warm-up.
 """
