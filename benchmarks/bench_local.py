@@ -138,14 +138,20 @@ def local_sampling(sampler: Any, prompts: list[list[int]], max_tokens: int) -> C
     return lambda: asyncio.run(run())
 
 
-def plain_generate(model: Any, prompts: list[list[int]], max_tokens: int, pad_id: int) -> Callable[[], Any]:
-    """``transformers`` ``generate`` on the same prompts (left-padded batch), sampling at temperature 1."""
+def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts as one left-padded batch of token ids, and its attention mask."""
     width = max(map(len, prompts))
     ids = torch.full((len(prompts), width), pad_id)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
         ids[i, width - len(p) :] = torch.tensor(p)
         mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def plain_generate(model: Any, prompts: list[list[int]], max_tokens: int, pad_id: int) -> Callable[[], Any]:
+    """``transformers`` ``generate`` on the same prompts (left-padded batch), sampling at temperature 1."""
+    ids, mask = left_padded(prompts, pad_id)
 
     def run() -> Any:
         with torch.inference_mode():
@@ -435,12 +441,8 @@ def plain_step(name: str, dtype: torch.dtype, shape: StepShape, rank: int, micro
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def sample_turn(prompts: list[list[int]], turn: int) -> list[tuple[list[int], list[float]]]:
-        width = max(map(len, prompts))
-        ids = torch.full((len(prompts), width), pad)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p)
-            mask[i, width - len(p) :] = 1
+        ids, mask = left_padded(prompts, pad)
+        width = ids.shape[1]
         model.eval()
         with torch.inference_mode():
             out = model.generate(

@@ -98,16 +98,19 @@ def patch_tinker() -> Callable[[], None]:
     return undo
 
 
-def _check_import(module: str) -> None:
-    """Refuse, in one line, an ``--import`` module that cannot be found (before anything is patched)."""
-    if os.getcwd() not in sys.path:
+def _module_found(module: str) -> bool:
+    """Whether ``module`` can be imported with the working directory on the path (as ``python -m``
+    has it); the directory stays on the path only when it is."""
+    added = os.getcwd() not in sys.path
+    if added:
         sys.path.insert(0, os.getcwd())
     try:
         found = importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         found = False
-    if not found:
-        raise SystemExit(f"tinker_emulator: --import {module}: no module named {module!r}")
+    if not found and added:
+        sys.path.remove(os.getcwd())
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -116,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     imports = []
     while args[:1] == ["--import"] and len(args) > 2:
-        _check_import(args[1])
+        if not _module_found(args[1]):  # refused before anything is patched
+            raise SystemExit(f"tinker_emulator: --import {args[1]}: no module named {args[1]!r}")
         imports.append(args[1])
         args = args[2:]
     if not args or args[0] in ("-h", "--help", "--import") or args == ["-m"]:
@@ -124,13 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(0 if args[:1] in (["-h"], ["--help"]) else 2)
     if args[0] == "-m":
         module = args[1]
-        sys.path.insert(0, os.getcwd())
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            sys.path.remove(os.getcwd())
+        if not _module_found(module):
             raise SystemExit(f"tinker_emulator: no module named {module!r}")
         patch_tinker()
         for each in imports:  # after the patch: what they take from tinker is the local backend
