@@ -357,11 +357,37 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_data="own_code",
         max_steps=100,
     ),
+    # SmolLM2-135M-Instruct learning GEM's GuessTheNumber-easy (1-10 in 4 turns) by RL, scored on 64
+    # fixed games against GEM's random player on the same games (gemlab.evaluate.random_play: 0.34).
+    # GEM's rewards as they are (a win 1, a guess without \boxed{} -0.1 and the game ends, the last
+    # turn's guess scored by its distance); the game as one conversation, so each guess sees the
+    # earlier hints; the warm-up shows the format with GEM's random player, no strategy
+    "smollm2-guess": dict(
+        LAPTOP,
+        model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+        env_id=GUESS_EASY,
+        eval_env_id=GUESS_EASY,
+        env_wrappers="",  # each turn sends only the game's reply; chat_turns keeps the history
+        template="chat_turns",
+        learning_rate=5e-4,
+        max_tokens=16,
+        num_env=64,
+        batch_size=128,  # transitions: about 40 games of up to 4 guesses
+        group_size=16,  # 16 games with one secret number: GRPO compares ways of playing the same game
+        advantage="grpo",
+        gamma=0.9,  # an early guess that leads to a win is credited, less than the winning one
+        warmup_steps=4,
+        warmup_batch_size=32,
+        warmup_learning_rate=1e-3,
+        warmup_data="scripted",
+        eval_every=4,
+        max_steps=100,
+    ),
 }
 
 
 def make_config(preset: str = "gem", **overrides: Any) -> Config:
-    """A ``Config`` from a named preset (``gem``, ``laptop`` or ``smollm2``) with keyword overrides."""
+    """A ``Config`` from a named preset (a key of ``PRESETS``: ``gem``, ``laptop``, ``smollm2``...) with keyword overrides."""
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}. Known presets: {', '.join(PRESETS)}")
     for key in overrides:
@@ -500,7 +526,9 @@ def help_text() -> str:
         "",
         "Trains GEM's REINFORCE + ReBN loop; writes <log_dir>/<run_name>/ and resumes a run found there.",
         f"presets: gem (GEM's defaults), laptop ({', '.join(f'{k}={v}' for k, v in LAPTOP.items())}), "
-        "smollm2 (SmolLM2-135M-Instruct on sums, scored on held-out sums: a warm-up on its own answers, then GRPO)",
+        "smollm2 (SmolLM2-135M-Instruct on sums, scored on held-out sums: a warm-up on its own answers, then GRPO), "
+        "smollm2-tool (SmolLM2 calling GEM's python tool on held-out 3-digit x 2-digit products), "
+        "smollm2-guess (SmolLM2 playing GuessTheNumber-easy, the game as one conversation)",
         "",
         "keys (default):",
     ]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from gemlab.envs import make_envs
-from gemlab.episodes import Episode, Prompting, collect_episode
+from gemlab.episodes import Episode, Prompting, collect_episode, play_episode_now
 from gemlab.seeds import derive_seed
 from gemlab.templates import Template
 
@@ -91,6 +92,28 @@ async def evaluate_async(
         num_turns=[e.num_turns for e in episodes],
         episodes=list(episodes),
     )
+
+
+def random_play(env_id: str, num_games: int = NUM_GAMES, *, repeats: int = 100, seed: int = 0, env_wrappers: str = "") -> list[float]:
+    """Chance's level on the fixed set: the win rate of GEM's own random player (the game's
+    ``sample_random_action``, guesses may repeat) on the same ``num_games`` games, once per repeat,
+    each repeat's guesses drawn from ``derive_seed(seed, repeat, game)``. The global random, which
+    GEM's games and player draw from, is left as it was."""
+    state = random.getstate()
+    try:
+        envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers=env_wrappers)  # GEM's games draw on creation
+        rates = []
+        for repeat in range(repeats):
+            wins = 0
+            for index, (env, reset_seed) in enumerate(zip(envs, reset_seeds(num_games))):
+                start, _ = env.reset(seed=reset_seed)  # the game's secret, as evaluate_async's game ``index``
+                random.seed(derive_seed(seed, repeat, index))
+                player = env.unwrapped.sample_random_action
+                wins += play_episode_now(env, lambda observation: player(), start=start).won
+            rates.append(wins / num_games)
+        return rates
+    finally:
+        random.setstate(state)
 
 
 async def evaluate_client(

@@ -62,16 +62,23 @@ CODE_BLOCK = re.compile(r"<python>.*?</python>|```\n?python.*?```", re.DOTALL)  
 
 
 def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, count: int) -> list[types.Datum]:
-    """``count`` (prompt, scripted action) datums from playing the envs with their random actions."""
+    """``count`` (prompt, scripted action) datums from playing the envs with their random actions.
+    For a template that ``continues``, each later turn's prompt is the episode so far, as in RL."""
     end = end_of_turn_ids(tokenizer)[:1]
     datums: list[types.Datum] = []
     while len(datums) < count:
         for env in envs:
             teacher = env.unwrapped.sample_random_action  # GEM's scripted player, in the expected format
             episode = play_episode_now(env, lambda observation: teacher(), max_turns=count - len(datums))
+            history: list[int] = []
             for turn in episode.transitions:
                 answer = list(tokenizer.encode(turn.action, add_special_tokens=False)) + end
-                datums.append(supervised_datum(template.render(turn.observation, tokenizer), answer))
+                if template.continues and history:
+                    prompt = template.continue_tokens(history, turn.observation, tokenizer)
+                else:
+                    prompt = template.render(turn.observation, tokenizer)
+                datums.append(supervised_datum(prompt, answer))
+                history = prompt + answer
             if len(datums) >= count:
                 break
     return datums

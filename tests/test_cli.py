@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gemlab.config import Config, make_config
+from gemlab.config import PRESETS, Config, make_config
 from gemlab.train import main
 
 BAD = [
@@ -78,6 +78,8 @@ def test_help_lists_every_key_and_exits_0() -> None:
     assert result.stdout.startswith("usage: python -m gemlab.train")
     for key in ("learning_rate=4e-05", "save_every=5", "allow_config_change=False", "loss_fn_config.NAME"):
         assert key in result.stdout
+    presets = result.stdout.split("presets: ", 1)[1].split("\n\n")[0]
+    assert all(f"{name} (" in presets for name in PRESETS)  # every preset said, with what it is
 
 
 @pytest.mark.parametrize(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import random
+import statistics
 
 from gemlab.envs import make_envs
 from gemlab import Prompting, Trainer, make_config
-from gemlab.evaluate import evaluate_async, evaluate_trainer, reset_seeds
+from gemlab.evaluate import evaluate_async, evaluate_trainer, random_play, reset_seeds
 from tinker_emulator import TINY, LocalServiceClient
 from gemlab.templates import get_template
 
@@ -129,3 +131,13 @@ def _test_side() -> list[dict]:
     import gem
 
     return gem.make("rg:sums-1digit-test", seed=0, use_mp=False).items
+
+
+def test_random_play_scores_chance_on_the_fixed_games_and_leaves_the_global_random_alone():
+    """GEM's random player guesses 1-10 uniformly, repeats allowed, 4 times: it wins with
+    probability 1 - 0.9 ** 4 = 0.344, whatever the secret numbers."""
+    before = random.getstate()
+    rates = random_play("game:GuessTheNumber-v0-easy", repeats=100)
+    assert random.getstate() == before
+    assert len(rates) == 100 and abs(statistics.mean(rates) - (1 - 0.9**4)) < 0.02
+    assert random_play("game:GuessTheNumber-v0-easy", repeats=3) == rates[:3]  # the same guesses each time

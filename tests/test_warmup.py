@@ -11,7 +11,7 @@ from gemlab import Trainer, make_config
 from gemlab.envs import make_envs
 from tinker_emulator.models import load_tokenizer
 from gemlab.templates import get_template
-from gemlab.warmup import boxed_last_integer, first_code_block, own_examples
+from gemlab.warmup import boxed_last_integer, first_code_block, own_examples, scripted_examples
 
 
 @pytest.mark.parametrize(
@@ -133,3 +133,22 @@ def test_tool_reports_trains_only_the_report_of_what_the_tool_printed():
     datums = asyncio.run(own_examples(_training_client(answers), envs, tokenizer, get_template("chat_turns"), 2, seed=3, kind="tool_reports"))
     assert [_trained_text(tokenizer, d) for d in datums] == ["\\boxed{1001}"] * 2
     assert "Code execution result: 1001" in tokenizer.decode(datums[0].model_input.to_ints())
+
+
+def test_scripted_games_in_chat_turns_are_the_conversation_the_run_will_have():
+    """With ``chat_turns``, the scripted player's later turns are asked as the episode so far (the
+    chat template's own rendering of the conversation), not as a lone message without the rules."""
+    tokenizer = load_tokenizer("gemlab/tiny-chat")
+    envs = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0, env_wrappers="")
+    datums = scripted_examples(envs, tokenizer, get_template("chat_turns"), 3)
+    prompts = [tokenizer.decode(d.model_input.to_ints()[: d.loss_fn_inputs["weights"].to_torch().tolist().index(1.0) + 1]) for d in datums]
+    answers = [_trained_text(tokenizer, d) for d in datums]
+    assert all(answer.startswith("\\boxed{") for answer in answers)
+    conversation = [{"role": "user", "content": envs[0].unwrapped._get_instructions()}]
+    assert prompts[0] == tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    for index, answer in enumerate(answers[:-1]):
+        reply = prompts[index + 1].rsplit("<|im_start|>user\n", 1)[1].split("<|im_end|>")[0]
+        guess = answer.removeprefix("\\boxed{").removesuffix("}")
+        assert reply.startswith(f"At turn {index + 1}, you guessed {guess}")  # the game's reply to that guess
+        conversation += [{"role": "assistant", "content": answer}, {"role": "user", "content": reply}]
+        assert prompts[index + 1] == tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)

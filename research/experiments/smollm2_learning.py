@@ -33,7 +33,7 @@ import numpy as np
 from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name, device_name
 from gemlab.eval_curve import eval_metrics
-from gemlab.evaluate import EvalResult, evaluate_trainer
+from gemlab.evaluate import EvalResult, evaluate_trainer, random_play
 from gemlab.run_folder import export_run
 from gemlab.saved_runs import read_run
 from gemlab.studies.held_out_runs import mean_interval, recorded_seeds
@@ -104,6 +104,14 @@ def report(folder: Path, figure: Path | None) -> None:
         mean, low, high = mean_interval(values)
         print(f"{stage:14} mean {mean:.3f}, 95% CI over {len(values)} seeds [{low:.3f}, {high:.3f}] "
               f"(per seed: {', '.join(f'{v:.3f}' for v in values)})")
+    config = read_run(next(folder.glob("seed*"))).config
+    game = config["env_id"].startswith("game:") and config["eval_env_id"] in (None, config["env_id"])
+    if game:  # chance's level: GEM's random player on the same fixed games
+        chance = random_play(config["env_id"], len(seeds[0][0]["warmup"]["wins"]), repeats=1000)
+        low, high = np.percentile(chance, [2.5, 97.5])
+        mean, rl_low, _ = mean_interval([p[-1][1] for _, p in seeds])
+        print(f"random play on the same games: {np.mean(chance):.3f} (95% of 1000 repeats in [{low:.3f}, {high:.3f}]); "
+              f"after RL {mean:.3f}, its interval over seeds {'lies above' if rl_low > np.mean(chance) else 'does not lie above'} it")
     device = f", device {seeds[0][0]['device']}" if "device" in seeds[0][0] else ""  # runs before the field: the CPU
     print(f"CPU: {seeds[0][0]['cpu']}{device}, GEMLAB_THREADS={seeds[0][0]['threads']}")
     if figure is None:
@@ -123,13 +131,15 @@ def report(folder: Path, figure: Path | None) -> None:
     ax.errorbar([end_step], [end], yerr=[[end - end_low], [end_high - end]], fmt="D", color="black", capsize=6, label="mean at the end (95% CI)")
     if "base" in seeds[0][0]:
         ax.axhline(seeds[0][0]["base"]["success"], color="#999", linestyle=":", label="base model")
-    config = read_run(next(folder.glob("seed*"))).config
+    if game:
+        ax.axhline(float(np.mean(chance)), color="#c44", linestyle="--", label="random play, same games")
     scored_on = "held-out problems" if config["eval_env_id"] not in (None, config["env_id"]) else "fixed games (wins)"
     ax.set_ylim(0, 1)
     ax.set_xlabel("RL steps (0: after the format warm-up)")
     ax.set_ylabel(f"success on {len(seeds[0][0]['warmup']['wins'])} {scored_on}")
     rate = "" if config["lr_schedule"] == "constant" else f", {config['lr_schedule']} learning rate"  # a run older than the field: its default
-    tasks = {"rg:sums-1digit-train": "sums", "rg:diffs-1digit-train": "differences", "rg:times-1digit-train": "products", "game:GuessTheNumber-v0-easy": "GuessTheNumber"}
+    tasks = {"rg:sums-1digit-train": "sums", "rg:diffs-1digit-train": "differences", "rg:times-1digit-train": "products", "game:GuessTheNumber-v0-easy": "GuessTheNumber",
+             "math:products-3x2-train": "to use a Python tool"}
     task = tasks.get(config["env_id"], config["env_id"])
     ax.set_title(f"SmolLM2-135M-Instruct learns {task} by RL ({len(seeds)} seeds{rate})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
