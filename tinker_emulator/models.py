@@ -333,23 +333,39 @@ def build_model(name: str) -> Any:
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **options)
 
 
-@contextlib.contextmanager
-def _no_load_bars() -> Iterator[None]:
+class _LoadBars:
     """No progress bars while a model loads (2 s for SmolLM2's GGUF, less for the rest): a bar per
     load is noise, and transformers' GGUF reader draws a ``tqdm.auto`` bar, in JupyterLab a widget,
-    whose messages leave the kernel reading "Idle" for the rest of the cell."""
-    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+    whose messages leave the kernel reading "Idle" for the rest of the cell. Loads may overlap
+    (threads of a server, an export): the bars go off at the first and come back after the last."""
 
-    bar_was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    gguf_bar = gguf_reader.tqdm
-    gguf_reader.tqdm = functools.partial(gguf_bar, disable=True)
-    try:
-        yield
-    finally:
-        gguf_reader.tqdm = gguf_bar
-        if bar_was_on:
-            hf_logging.enable_progress_bar()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loading = 0
+        self._saved: tuple[Any, bool] | None = None  # the GGUF reader's tqdm, and whether bars were on
+
+    @contextlib.contextmanager
+    def off(self) -> Iterator[None]:
+        from transformers import modeling_gguf_pytorch_utils as gguf_reader
+
+        with self._lock:
+            if self._loading == 0:
+                self._saved = (gguf_reader.tqdm, hf_logging.is_progress_bar_enabled())
+                hf_logging.disable_progress_bar()
+                gguf_reader.tqdm = functools.partial(gguf_reader.tqdm, disable=True)
+            self._loading += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._loading -= 1
+                if self._loading == 0 and self._saved is not None:
+                    gguf_reader.tqdm, bars_were_on = self._saved
+                    if bars_were_on:
+                        hf_logging.enable_progress_bar()
+
+
+_no_load_bars = _LoadBars().off
 
 
 def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedModel:

@@ -114,3 +114,22 @@ def test_partial_snapshot_without_weights_is_absent(hub_cache):
     (repo / "refs" / "main").write_text("1")
     assert cached_snapshot("acme/config-only") is None
     assert cached_snapshot(NAME) is not None
+
+
+def test_overlapping_loads_turn_the_bars_off_once_and_back_on_after_the_last():
+    """Two loads that overlap (a server's threads, an export): bars stay off until both end, and
+    the GGUF reader's bar and transformers' bars are as they were after."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+    from transformers.utils import logging as hf_logging
+
+    from tinker_emulator.models import _no_load_bars
+
+    reader_bar = gguf_reader.tqdm
+    hf_logging.enable_progress_bar()
+    first, second = _no_load_bars(), _no_load_bars()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # the first load ends while the second still runs
+    assert not hf_logging.is_progress_bar_enabled() and gguf_reader.tqdm is not reader_bar
+    second.__exit__(None, None, None)
+    assert hf_logging.is_progress_bar_enabled() and gguf_reader.tqdm is reader_bar
