@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers.http_server import ServerProcess, run_client
+from tests.helpers.http_server import ServerProcess, first_line, run_client
 
 CLIENT = textwrap.dedent(
     '''
@@ -215,7 +215,7 @@ def test_a_client_killed_mid_request_leaves_the_server_healthy(server: ServerPro
     (tmp_path / "killed.py").write_text(KILLED)
     victim = subprocess.Popen([sys.executable, "killed.py"], cwd=tmp_path, env=server.env(), stdout=subprocess.PIPE, text=True)
     try:
-        assert victim.stdout.readline().strip() == "sent"
+        assert first_line(victim) == "sent"
         time.sleep(0.5)
     finally:
         victim.send_signal(signal.SIGKILL)
