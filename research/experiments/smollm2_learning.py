@@ -10,7 +10,8 @@ Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it) ev
 fixed held-out set (``eval_env_id``, ``eval_games``) before anything and after ``Trainer.warmup()``
 (``Trainer.evaluate_start``: also in step 0's row of ``metrics.jsonl``), and every ``eval_every`` RL
 steps by the Trainer itself (``eval/*`` in ``metrics.jsonl``), until
-``max_steps`` or ``--minutes`` of wall time (loading and warm-up included) run out; the last step
+``max_steps`` or ``--minutes`` of wall time run out (loading, warm-up and evaluations included: a
+step starts only if it and the two last evaluations fit, each timed as the last of its kind); the last step
 is always evaluated. These are sampled at the run's temperature, as in training; after the warm-up
 and at the end the same problems are also answered greedily (temperature 0; per problem its question,
 answer (a multi-turn game's answers joined by `` | ``) and return kept in ``eval.json``). Writes ``OUT/seed<N>/{config.json, metrics.jsonl, warmup.jsonl, eval.json}``
@@ -60,9 +61,18 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
         log("base", trainer.evaluate_start("base"))
     trainer.warmup()
     log("warmup", trainer.evaluate_start("warmup"))  # both also in step 0's metrics row, as a CLI run logs them
+    evaluated = time.time()
     log("warmup_greedy", evaluate_trainer(trainer, temperature=0.0))
-    while trainer.step_index < config.max_steps and time.time() - start < args.minutes * 60:
+    evaluation_s = time.time() - evaluated  # what each of the two last evaluations will take, about
+    step_s = 0.0  # the last step's wall time: the next one should take about as long
+
+    def next_step_fits() -> bool:  # the step and the two last evaluations within the budget
+        return time.time() - start + step_s + 2 * evaluation_s <= args.minutes * 60
+
+    while trainer.step_index < config.max_steps and next_step_fits():
+        began = time.time()
         metrics = trainer.step()
+        step_s = time.time() - began
         held = f" held-out {metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
         print(f"seed {seed} step {trainer.step_index:3d} rollout {metrics['sampler/success_rate']:.2f}{held} "
               f"step {metrics['time/step']:.0f} s (sample {metrics['time/sample']:.0f}, train {metrics['time/train']:.0f}) "
@@ -153,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("overrides", nargs="*", help="key=value config overrides on top of preset=smollm2")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--minutes", type=float, default=15.0, help="wall-time budget per seed, loading and warm-up included")
+    parser.add_argument("--minutes", type=float, default=15.0, help="wall-time budget per seed, loading, warm-up and evaluations included")
     parser.add_argument("--no-base", action="store_true", help="skip the base evaluation (the same for every seed)")
     parser.add_argument("--out", type=Path, default=None, help="record the runs here (e.g. data/smollm2-sums)")
     parser.add_argument("--report", type=Path, default=None, help="print the table of the runs recorded here and stop")
