@@ -128,9 +128,11 @@ def report(folder: Path, figure: Path | None) -> None:
         return
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    for record, points in seeds:
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", alpha=0.7, label=f"seed {record['seed']}")
+    fig, (ax, rollouts) = plt.subplots(1, 2, figsize=(13, 4.4), gridspec_kw={"width_ratios": [3, 2]})
+    for (record, points), path in zip(seeds, sorted(p for p in folder.glob("seed*") if (p / "eval.json").exists())):
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", alpha=0.7, label=f"seed {record['seed']}")
+        metrics = read_run(path).metrics.dropna(subset=["sampler/success_rate"])  # the step rows (step 0's holds the warm-up's scores)
+        rollouts.plot(metrics["step"] + 1, metrics["sampler/success_rate"], marker=".", alpha=0.7, color=line.get_color())
     steps = sorted({p[0] for _, points in seeds for p in points})
     common = [s for s in steps if all(any(p[0] == s for p in points) for _, points in seeds)]
     stats = [mean_interval([next(p[1] for p in points if p[0] == s) for _, points in seeds]) for s in common]
@@ -153,6 +155,13 @@ def report(folder: Path, figure: Path | None) -> None:
     task = tasks.get(config["env_id"], config["env_id"])
     ax.set_title(f"SmolLM2-135M-Instruct learns {task} by RL ({len(seeds)} seeds{rate})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if game:
+        rollouts.axhline(float(np.mean(chance)), color="#c44", linestyle="--")
+    rollouts.set_ylim(0, 1)
+    rollouts.set_xlabel("RL step (1: the first)")
+    rollouts.set_ylabel("success of the step's rollouts (training problems)")
+    rollouts.set_title("each step's own episodes, per seed")
+    rollouts.grid(alpha=0.3)
     fig.tight_layout()
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(figure, dpi=120)
