@@ -257,6 +257,14 @@ class Config:
             )
 
     @chz.validate
+    def _conversation(self) -> None:
+        if TEMPLATES[self.template].continues and "concat" in [name.strip() for name in self.env_wrappers.split(",")]:
+            raise ValueError(
+                f"template={self.template!r} keeps the episode as one conversation, and the concat wrapper would repeat "
+                "the whole history in every turn: drop concat from env_wrappers (e.g. env_wrappers= for a game)"
+            )
+
+    @chz.validate
     def _loss_config_keys(self) -> None:
         allowed = POLICY_LOSSES[self.loss_fn]
         for key, value in (self.loss_fn_config or {}).items():

@@ -38,6 +38,7 @@ BAD = [
     (["loss_fn=stable_reinforce"], "loss_fn='stable_reinforce' is refused: on real Tinker it needs record_stability_info"),
     (["loss_fn_config=3"], "loss_fn_config must be a mapping of names to numbers or None, got '3'"),
     (["allow_config_change=maybe"], "allow_config_change must be true or false, got 'maybe'"),
+    (["template=chat_turns"], "template='chat_turns' keeps the episode as one conversation, and the concat wrapper would repeat"),
     (["lora_rank=0"], "lora_rank must be a positive number, got 0"),
     (["preset=big"], "Unknown preset 'big'. Known presets: gem, laptop"),
     (["run_name=../../x"], "run_name '../../x' is not allowed"),
