@@ -58,7 +58,7 @@ def _tensor_gb() -> float:
 
 def child(preset: str, steps: int, trim: bool) -> None:
     """One run, printing a JSON line per stage (after ``malloc_trim(0)`` with ``trim``)."""
-    from tinker_emulator.workshop_server import memory
+    from tinker_emulator import memory
 
     def stage(name: str, **extra: float) -> None:
         if trim:

@@ -258,7 +258,7 @@ def test_the_servers_files_are_its_own_and_a_malformed_chunked_body_is_one_log_l
 
 
 def test_memory_is_handed_back_after_a_large_request_and_a_refused_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tinker_emulator.workshop_server import memory
+    from tinker_emulator import memory
 
     trims: list[int] = []
     monkeypatch.setattr(memory, "trim", lambda: trims.append(1))

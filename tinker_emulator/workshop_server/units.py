@@ -19,7 +19,7 @@ from typing import Any
 
 from tinker import types
 
-from tinker_emulator.workshop_server import memory
+from tinker_emulator import memory
 
 
 def split(data: Sequence[types.Datum], unit_tokens: int) -> list[list[types.Datum]]:

@@ -13,7 +13,8 @@ from fastapi.responses import JSONResponse
 from tinker import types
 
 from tinker_emulator.losses import loss_spec
-from tinker_emulator.workshop_server import memory, paths, served, units, validate, wire
+from tinker_emulator import memory
+from tinker_emulator.workshop_server import paths, served, units, validate, wire
 from tinker_emulator.workshop_server.registry import Sampler, Session
 from tinker_emulator.workshop_server.replies import answer, awaited, queued, read, then
 from tinker_emulator.workshop_server.state import Server, ServerDep, TenantDep
