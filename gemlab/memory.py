@@ -4,14 +4,18 @@ process may use, and what a run needs (its model's measured peak).
 Out of memory reaches Python in several shapes: ``MemoryError`` (NumPy's ``_ArrayMemoryError``
 too, e.g. while a GGUF file is dequantized), PyTorch's ``RuntimeError`` from its CPU allocator
 ("DefaultCPUAllocator: can't allocate memory"), ``torch.OutOfMemoryError`` on a GPU, and
-``OSError`` ENOMEM; ``is_out_of_memory`` knows them all, also when they are the cause of another.
+``OSError`` ENOMEM; ``is_out_of_memory`` (the emulator's, ``tinker_emulator.memory``) knows them all,
+also when they are the cause of another.
 """
 
 from __future__ import annotations
 
-import errno
 import resource
 from pathlib import Path
+
+from tinker_emulator.memory import is_out_of_memory
+
+__all__ = ["FREE_MEMORY", "RUN_PEAKS_GB", "is_out_of_memory", "out_of_memory", "run_need", "usable_gb"]
 
 # The peak resident memory of one run from the command line, by base model, as measured (the
 # notebooks' own peaks are in gemlab/notebook_costs.json, beside their times).
@@ -19,24 +23,8 @@ RUN_PEAKS_GB: dict[str, tuple[float, str]] = {
     "gemlab/tiny": (1.2, "preset=laptop peaked at 1.15 GB, 10 steps and the plots"),
     "HuggingFaceTB/SmolLM2-135M-Instruct": (3.1, "preset=smollm2 peaked at 2.8-3.1 GB, research/notes/smollm2.md"),
 }
-ALLOCATOR_WORDS = ("can't allocate memory", "cannot allocate memory", "out of memory")
 CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
 FREE_MEMORY = "close other programs (or raise the memory limit)"
-
-
-def is_out_of_memory(error: BaseException | None) -> bool:
-    """Whether ``error``, or an exception it was raised from, says that memory ran out."""
-    seen = 0
-    while error is not None and seen < 10:
-        if isinstance(error, MemoryError):
-            return True
-        if isinstance(error, OSError) and error.errno == errno.ENOMEM:
-            return True
-        if isinstance(error, RuntimeError) and any(words in str(error).lower() for words in ALLOCATOR_WORDS):
-            return True  # PyTorch's allocators (CPU and CUDA) raise RuntimeError or its subclass OutOfMemoryError
-        error = error.__cause__ or error.__context__
-        seen += 1
-    return False
 
 
 def usable_gb() -> tuple[float, str] | None:
