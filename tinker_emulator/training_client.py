@@ -392,19 +392,33 @@ class LocalTrainingClient(TrainingClient):
         def run() -> types.ForwardBackwardOutput:
             outputs: dict[int, dict[str, types.TensorData]] = {}
             total = 0.0
-            with lora.active(self._model, self._adapter) as model, torch.set_grad_enabled(backward):
-                for group, logprobs in self._logprobs(model, batch):
-                    losses = [spec.fn(lp, _on(batch.tensors[i], lp.device), resolved) for i, lp in zip(group, logprobs)]
-                    loss = torch.stack([elementwise.sum() for elementwise in losses]).sum()
-                    if backward:
-                        loss.backward()
-                    total += float(loss.detach())
-                    outputs.update((i, _outputs(lp, elementwise)) for i, lp, elementwise in zip(group, logprobs, losses))
+            kept = self._gradients() if backward else None
+            try:
+                with lora.active(self._model, self._adapter) as model, torch.set_grad_enabled(backward):
+                    for group, logprobs in self._logprobs(model, batch):
+                        losses = [spec.fn(lp, _on(batch.tensors[i], lp.device), resolved) for i, lp in zip(group, logprobs)]
+                        loss = torch.stack([elementwise.sum() for elementwise in losses]).sum()
+                        if backward:
+                            loss.backward()
+                        total += float(loss.detach())
+                        outputs.update((i, _outputs(lp, elementwise)) for i, lp, elementwise in zip(group, logprobs, losses))
+            except BaseException:
+                if kept is not None:  # a call that fails part way (out of memory, a bad datum late) adds nothing
+                    self._restore_gradients(kept)
+                raise
             return types.ForwardBackwardOutput(
                 loss_fn_output_type="ArrayRecord", loss_fn_outputs=[outputs[i] for i in range(len(outputs))], metrics={"loss:sum": total}
             )
 
         return run_in_order(run)
+
+    def _gradients(self) -> list[torch.Tensor | None]:
+        """The LoRA gradients accumulated so far (copies; the adapter's matrices are small)."""
+        return [None if p.grad is None else p.grad.detach().clone() for p in self._params]
+
+    def _restore_gradients(self, kept: list[torch.Tensor | None]) -> None:
+        for p, grad in zip(self._params, kept):
+            p.grad = grad
 
     def _logprobs(self, model: Any, batch: _Batch) -> Any:
         """``(indices, logprobs)`` per micro-batch; the caller finishes each before the next."""

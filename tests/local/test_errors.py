@@ -132,3 +132,26 @@ def test_smollm2_from_its_gguf_without_the_gguf_package_says_what_to_install(mon
         models.model_source(SMOLLM2)
     monkeypatch.setattr(importlib.util, "find_spec", real_find_spec)
     assert models.model_source(SMOLLM2)[1] == {"gguf_file": models.SMOLLM2_GGUF}
+
+
+def test_a_forward_backward_that_fails_part_way_adds_no_gradient(training, prompt, monkeypatch):
+    """Out of memory (or any failure) after a micro-batch's backward: the gradients are those
+    from before the call, so the next optim_step applies only what whole calls added."""
+    from tinker_emulator import training_client
+
+    datum = rl_datum(prompt, [4, 5], [-1.0, -1.0], 1.0)
+    real = training_client.scored_batches
+
+    def one_then_out_of_memory(*args, **kwargs):
+        yield next(iter(real(*args, **kwargs)))  # its backward runs: gradients accumulate
+        raise MemoryError("can't allocate memory")
+
+    training.forward_backward([datum], "importance_sampling").result()  # a whole call's gradients
+    before = [p.grad.clone() for p in training._params]
+    monkeypatch.setattr(training_client, "scored_batches", one_then_out_of_memory)
+    with pytest.raises(MemoryError):
+        training.forward_backward([datum], "importance_sampling").result()
+    assert all(torch.equal(p.grad, kept) for p, kept in zip(training._params, before))
+    monkeypatch.undo()
+    fresh = training.forward_backward([datum], "importance_sampling")  # and the client goes on
+    assert fresh.result().metrics["loss:sum"] != 0

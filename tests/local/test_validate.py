@@ -305,3 +305,20 @@ def test_healthz_answers_while_a_forward_backward_body_is_decoded(tmp_path: Path
     health, big = asyncio.run(scenario())
     assert health == 200 and held == [True]
     assert big == 404  # decoded after all, then refused: no such model
+
+
+def test_out_of_memory_in_a_forward_backward_is_one_line_that_says_memory(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch's CPU allocator failing mid-request: Tinker's failed-request answer, category "user"
+    (a "server" failure is one the SDK may try again, and this would fail the same way), whose one
+    line says memory and what to send instead."""
+    from tinker_emulator import training_client
+
+    def out_of_memory(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 123456789 bytes")
+        yield  # a generator, as scored_batches is
+
+    monkeypatch.setattr(training_client, "scored_batches", out_of_memory)
+    sent = served.client.post("/api/v1/forward_backward", content=fb_body(served.model_id, [1, 2, 3, 4]), headers=PROTOBUF)
+    answer = result(served.client, sent.json()["request_id"])
+    assert answer["category"] == "user", answer
+    assert answer["error"].startswith("the server ran out of memory for this request") and "\n" not in answer["error"]

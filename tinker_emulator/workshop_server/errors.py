@@ -20,6 +20,7 @@ from tinker import TinkerError
 
 from tinker_emulator.asgi_limits import TooLarge
 from tinker_emulator.checkpoints import DiskFull
+from tinker_emulator.memory import is_out_of_memory
 from tinker_emulator.workshop_server.paths import CheckpointNotFound
 from tinker_emulator.workshop_server.registry import Busy, NotFound, QuotaExceeded
 
@@ -34,6 +35,10 @@ class TooSlow(Exception):
 
 logger = logging.getLogger("tinker_emulator.workshop_server")
 DISK_FULL = "the server's disk is full: nothing was saved; ask the instructor to free space, then save again"
+OUT_OF_MEMORY = (
+    "the server ran out of memory for this request and dropped it (a forward_backward adds no gradient): "
+    "send fewer or shorter sequences, or fewer samples, or ask the instructor"
+)
 USER_ERRORS = (ValueError, TypeError, NotImplementedError, KeyError, FileNotFoundError, FileExistsError, TinkerError)
 
 
@@ -58,6 +63,8 @@ def status_and_message(exc: BaseException) -> tuple[int, str, str]:
         return 408, str(exc), "user"
     if isinstance(exc, DiskFull):
         return 507, DISK_FULL, "server"
+    if is_out_of_memory(exc):  # "user", 4xx: the SDK may retry a server failure, which would fail again
+        return 413, OUT_OF_MEMORY, "user"
     if isinstance(exc, pydantic.ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
