@@ -35,6 +35,14 @@ def forward(model: Any, cache: Any = None, **inputs: Any) -> tuple[Any, Any]:
     return out, getattr(out, CACHE)
 
 
+def hidden(model: Any, cache: Any = None, **inputs: Any) -> tuple[torch.Tensor, Any]:
+    """``forward`` without the output layer: the decoder's last hidden states (after its final
+    norm) and the grown cache, for a caller that computes the logits itself, a few positions at a
+    time (``prefix_scoring.head_logprobs``)."""
+    out = model.get_decoder()(**inputs, **({CACHE: cache} if cache is not None else {}), use_cache=True)
+    return out.last_hidden_state, getattr(out, CACHE)
+
+
 def tensors(cache: Any) -> Pairs:
     """Each layer's ``(keys, values)``, ``(batch, heads, positions, head_dim)``."""
     if hasattr(cache, "layers"):

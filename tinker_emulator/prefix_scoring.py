@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from tinker_emulator import kv_cache
 from tinker_emulator.prefill import MIN_SHARED_TOKENS, shared_prefix_length
@@ -32,6 +33,28 @@ def target_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     vocabulary costs)."""
     vocab = logits.shape[-1]
     return -F.cross_entropy(logits.float().reshape(-1, vocab), labels.reshape(-1), reduction="none").view(labels.shape)
+
+
+def head_logprobs(model: Any, hidden: torch.Tensor, labels: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``target_logprobs`` of the output layer's logits of ``hidden`` (``kv_cache.hidden``), ``chunk``
+    positions at a time. With gradients, each chunk's logits are computed again in the backward
+    instead of kept (``torch.utils.checkpoint``): memory holds one chunk's logits however many
+    positions the pass has, so the rest of the model runs on many rows at once, for the price of
+    the output layer's forward twice."""
+    head = model.get_output_embeddings()
+    flat, flat_labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
+    parts = []
+    for start in range(0, flat.shape[0], chunk):
+        args = (head, flat[start : start + chunk], flat_labels[start : start + chunk])
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False, preserve_rng_state=False))
+        else:
+            parts.append(_chunk_logprobs(*args))
+    return torch.cat(parts).view(labels.shape)
+
+
+def _chunk_logprobs(head: Any, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return target_logprobs(head(hidden), labels)
 
 
 @dataclass(frozen=True)
@@ -96,9 +119,15 @@ class SharedPrefixes:
     many micro-batches its rows need, and the gradient is that of the plain pass."""
 
     def __init__(
-        self, model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, clusters: Sequence[Cluster]
+        self,
+        model: Any,
+        inputs: Sequence[Sequence[int]],
+        targets: Sequence[torch.Tensor],
+        pad_id: int,
+        clusters: Sequence[Cluster],
+        chunk: int,
     ) -> None:
-        self.model, self.inputs, self.targets, self.pad_id = model, inputs, targets, pad_id
+        self.model, self.inputs, self.targets, self.pad_id, self.chunk = model, inputs, targets, pad_id, chunk
         self.clusters = list(clusters)
         device = model.device
         width = max(c.shared for c in self.clusters)
@@ -112,8 +141,8 @@ class SharedPrefixes:
             labels[k, : cluster.shared] = targets[first][: cluster.shared]
             self.mask[k, : cluster.shared] = 1
         # right padding: under the causal mask it never changes the tokens before it
-        out, cache = kv_cache.forward(model, input_ids=prefix.to(device), attention_mask=self.mask.to(device))
-        logprobs = target_logprobs(out.logits, labels.to(device))
+        hidden, cache = kv_cache.hidden(model, input_ids=prefix.to(device), attention_mask=self.mask.to(device))
+        logprobs = head_logprobs(model, hidden, labels.to(device), chunk)
         self._graph = [logprobs, *(t for pair in kv_cache.tensors(cache) for t in pair)]
         grad = torch.is_grad_enabled()
         self._leaves = [t.detach().requires_grad_() for t in self._graph] if grad else self._graph
@@ -139,8 +168,8 @@ class SharedPrefixes:
             positions[j] = torch.arange(shared, shared + width)
         # the cluster's padding is masked; the suffix's own right padding is harmless (causal)
         mask = torch.cat([self.mask[[k for k, _ in rows]], torch.ones((len(rows), width), dtype=torch.long)], dim=1)
-        out = kv_cache.forward(self.model, cache, input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))[0]
-        logprobs = target_logprobs(out.logits, labels.to(device))
+        hidden = kv_cache.hidden(self.model, cache, input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))[0]
+        logprobs = head_logprobs(self.model, hidden, labels.to(device), self.chunk)
         return [
             torch.cat([prefix_logprobs[k, : self.clusters[k].shared], logprobs[j, : own[j]]]) for j, (k, _) in enumerate(rows)
         ]

@@ -140,9 +140,10 @@ def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypa
 
 
 def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch):
-    """A budget of 8 positions per micro-batch: each group's prefix (18 and 19 tokens) runs once, in
-    a pass of its own, its rows' suffixes in micro-batches of at most 8 positions, and the gradients gathered
-    over those micro-batches still equal the plain pass's."""
+    """A budget of 8 positions per micro-batch and logits 3 positions at a time: each group's prefix
+    (18 and 19 tokens) runs once, in a pass of its own, its rows' suffixes in micro-batches of at
+    most 8 positions, and the logprobs and the gradients gathered over those micro-batches and
+    chunks still equal the plain pass's."""
     from tinker_emulator import kv_cache, scoring
     from gemlab.tiny.model import build_tiny_model
 
@@ -152,14 +153,15 @@ def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch
     inputs = [groups[0] + [3, 4, 5], groups[0] + [6, 7, 8, 9], groups[0] + [1, 2], groups[1] + [7, 8, 9], groups[1] + [5, 6, 4, 3]]
     targets = [torch.as_tensor(seq[1:] + [11]) for seq in inputs]
     passes = []
-    forward = kv_cache.forward
+    hidden = kv_cache.hidden
 
     def counting(model, cache=None, **inputs):
         passes.append((cache is not None, tuple(inputs["input_ids"].shape)))
-        return forward(model, cache, **inputs)
+        return hidden(model, cache, **inputs)
 
-    monkeypatch.setattr(kv_cache, "forward", counting)
-    vocab = scoring.MAX_LOGIT_FLOATS // 8  # 8 positions per micro-batch
+    monkeypatch.setattr(kv_cache, "hidden", counting)
+    monkeypatch.setattr(scoring, "MAX_PASS_POSITIONS", 8)
+    vocab = scoring.MAX_LOGIT_FLOATS // 3  # logits of 3 positions at a time
     assert_shared_equals_plain(monkeypatch, model, inputs, targets, vocab_size=vocab)
     prefix_passes = [shape for continued, shape in passes if not continued]
     suffix_passes = [shape for continued, shape in passes if continued]
