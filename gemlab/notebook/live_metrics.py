@@ -106,6 +106,11 @@ class LiveMetrics:
         from matplotlib.ticker import MaxNLocator
 
         frame = pd.DataFrame(self.rows)
+        steps = frame["step"] if "step" in frame else pd.Series(range(len(frame)))
+        first, last = float(steps.min()), float(steps.max())
+        if self.total is not None:  # the whole run's span, so the curves grow into it
+            last = max(last, first + self.total - 1)
+        last = max(last, first + 2)  # at least three whole steps: a lone point gets integer ticks too
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
         for ax, metric in zip(axes[0], self.metrics):
             if metric in frame:  # a metric logged every N steps (eval/*) is drawn where it was logged
@@ -115,6 +120,7 @@ class LiveMetrics:
                     ax.fill_between(points["step"], points[f"{metric}_low"], points[f"{metric}_high"], alpha=0.2)
             label = self.labels.get(metric, metric)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlim(first - 0.3, last + 0.3)
             ax.set_xlabel("training step")
             ax.set_ylabel(label)
             ax.set_title(label.split(" (")[0][:1].upper() + label.split(" (")[0][1:])

@@ -21,6 +21,21 @@ def test_live_metrics_figure_has_labels():
     matplotlib.pyplot.close(fig)
 
 
+def test_every_panel_spans_the_run_in_whole_steps_even_with_one_point():
+    """An eval/* metric logged once (the held-out score after step 2 of 3) is one point: its panel
+    still shows the run's steps 0-2 with whole-number ticks, not 1.900, 1.925, ... crowded around 2."""
+    live = live_metrics.LiveMetrics(["sampler/success_rate", "eval/success"], total=3)
+    live.rows = [{"step": s, "sampler/success_rate": 0.1 * s} for s in range(3)]
+    live.rows[2]["eval/success"] = 0.4
+    fig = live.figure()
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        assert low < 0 and high > 2, ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+    matplotlib.pyplot.close(fig)
+
+
 def test_metrics_table_indexes_by_step():
     table = live_metrics.metrics_table([{"step": 0.0, "a": 1.0, "b": 2.0}, {"step": 1.0, "a": 3.0, "b": 4.0}], ["a"])
     assert list(table.index) == [0, 1] and list(table.columns) == ["a"]
