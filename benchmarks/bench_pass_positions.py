@@ -4,7 +4,7 @@ positions at a time whatever the pass holds).
 
     python benchmarks/bench_pass_positions.py [--sizes 341 1024 2048] [--repeats 2] [preset=smollm2-tool ...]
 
-The batch is the datums of one step of the preset (after its warm-up), as the Trainer sends them;
+The batch is what the preset's first step (after its warm-up) sends to its first forward_backward;
 then each size runs ``--repeats`` times in turn, after a warm-up call. Prints each run's wall and
 CPU seconds and the minimum per size, with the CPU and the load.
 """

@@ -83,23 +83,20 @@ def _plain_logprobs(
     ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
     for row, seq in enumerate(inputs):
         ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
-    labels = torch.zeros((len(inputs), width), dtype=torch.long)
-    if chunk is not None:
-        for row, target in enumerate(targets):
-            labels[row, : len(target)] = target
-        logprobs = head_logprobs(model, kv_cache.hidden(model, input_ids=ids.to(device))[0], labels.to(device), chunk)
-        return [logprobs[row, :length] for row, length in enumerate(lengths)]
-    logits = model(input_ids=ids.to(device)).logits.float()
-    if any(target.ndim == 2 for target in targets):  # (N, K): K target tokens per position
-        logprobs = torch.log_softmax(logits, -1)
+    if any(target.ndim == 2 for target in targets):  # (N, K): K target tokens per position (never in chunks)
+        logprobs = torch.log_softmax(model(input_ids=ids.to(device)).logits.float(), -1)
         return [
             logprobs[row, :length].gather(-1, target.reshape(length, -1).to(device)).reshape(target.shape)
             for row, (length, target) in enumerate(zip(lengths, targets))
         ]
+    labels = torch.zeros((len(inputs), width), dtype=torch.long)
     for row, target in enumerate(targets):
         labels[row, : len(target)] = target
-    if large:
-        logprobs = target_logprobs(logits, labels.to(device))
+    if chunk is not None:
+        logprobs = head_logprobs(model, kv_cache.hidden(model, input_ids=ids.to(device))[0], labels.to(device), chunk)
+    elif large:
+        logprobs = target_logprobs(model(input_ids=ids.to(device)).logits, labels.to(device))
     else:
+        logits = model(input_ids=ids.to(device)).logits.float()
         logprobs = -F.cross_entropy(logits.transpose(1, 2), labels.to(device), reduction="none")
     return [logprobs[row, :length] for row, length in enumerate(lengths)]
