@@ -59,7 +59,7 @@ async def main_async(argv: list[str]) -> int:
             say(f"gemlab.atropos: {error}")
             return 2 if isinstance(error, ValueError) else 1
         assert trainer.server is not None
-        tokenizer_dir = getattr(trainer.training_client.get_tokenizer(), "name_or_path", config.model_name)
+        tokenizer_dir = await asyncio.to_thread(trainer.tokenizer_folder)
         say(f"gemlab.atropos: run folder {trainer.run_dir}, step {trainer.step_index} of {config.max_steps}")
         say(
             f"gemlab.atropos: serving {config.served_model_name or config.model_name!r} at {trainer.server.url}; start environments with "

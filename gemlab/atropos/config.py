@@ -33,6 +33,9 @@ class AtroposConfig:
     save_every: int = chz.field(default=1, validator=_positive, doc="checkpoint every N steps (1: a kill loses no step)")
     keep_checkpoints: int = chz.field(default=5, validator=_at_least(0), doc="local checkpoints kept, newest first (0: all)")
     seed: int = chz.field(default=0, validator=_at_least(0))
+    init_state: str | None = chz.field(
+        default=None, doc="saved weights to start from instead of a fresh LoRA (a save_state path or folder, e.g. a warm-up's); a fresh optimizer"
+    )
     advantage: str = chz.field(default="grpo", validator=_one_of(ADVANTAGES), doc="'grpo' (within each scored group) or 'rebn' (over the batch), ...")
     gamma: float = chz.field(default=1.0, doc="discount over a sequence's turns (rebn; grpo ignores it)")
     loss_fn: str = chz.field(default="importance_sampling", doc="importance_sampling, ppo or cispo")

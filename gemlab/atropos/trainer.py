@@ -13,6 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import chz
@@ -127,6 +128,8 @@ class AtroposTrainer:
                 asyncio.run_coroutine_threadsafe(restore(path), loop).result()
 
             self.step_index, self.history = await asyncio.to_thread(self.folder.resume, load)
+            if self.training_client is None and self.config.init_state:  # a new run from given weights, as cookbook's load_checkpoint_path
+                self.training_client = await self.start_from(self.config.init_state)
             if self.training_client is None:
                 self.training_client = await self.service_client.create_lora_training_client(
                     base_model=self.config.model_name, rank=self.config.lora_rank, seed=self.config.seed
@@ -150,6 +153,25 @@ class AtroposTrainer:
         self.api = ApiClient(config.api_url, registration, say=self.say)
         await self.api.register_when_up(poll_seconds=config.poll_seconds, timeout=config.batch_timeout)
         self.sampling = BatchSampling(self.api, self.training_client, slot, book, config, len(tokenizer), clock=self.clock, say=self.say)
+
+    async def start_from(self, path: str) -> Any:
+        """A training client on the saved weights at ``path`` (a fresh optimizer), for ``model_name`` only."""
+        try:
+            return await self.service_client.create_training_client_from_state(path, base_model=self.config.model_name)
+        except FileNotFoundError as error:
+            raise ValueError(f"init_state={path!r}: {error}") from None
+
+    def tokenizer_folder(self) -> str:
+        """A folder environments can load the tokenizer from (``AutoTokenizer.from_pretrained``):
+        the model's own, or a copy saved in the run folder where the model has none (SmolLM2 from gguf)."""
+        tokenizer = self.training_client.get_tokenizer()
+        source = Path(getattr(tokenizer, "name_or_path", "") or ".")
+        if (source / "tokenizer_config.json").is_file():
+            return str(source)
+        target = self.run_dir / "tokenizer"
+        if not (target / "tokenizer_config.json").is_file():
+            tokenizer.save_pretrained(target)
+        return str(target)
 
     def check_config(self) -> dict[str, list[Any]]:
         """Compare with the run's saved ``config.json``; refuse a silent change of what is trained
