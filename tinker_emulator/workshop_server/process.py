@@ -79,9 +79,21 @@ def offline_server(*args: str) -> Iterator[tuple[ServerProcess, Path]]:
         subprocess.run([sys.executable, "-m", "tinker_emulator.workshop_server", "tokenizer", "gemlab/tiny"], check=True,
                        capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})  # fmt: skip
         os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
+        _hub_reads_environment_again(hf_home)
         os.chdir(workdir)
         server = ServerProcess(workdir / "data", *args)
         try:
             yield server, workdir
         finally:
             server.stop()
+
+
+def _hub_reads_environment_again(hf_home: Path) -> None:
+    """huggingface_hub reads HF_HOME and HF_HUB_OFFLINE once, at import (which importing the
+    emulator already did): set what it read, so that this process's own clients (the benchmark's
+    in-process trainer over HTTP) find the installed tokenizer offline."""
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HOME = str(hf_home)
+        constants.HF_HUB_CACHE = str(hf_home / "hub")
+        constants.HF_HUB_OFFLINE = True
