@@ -34,6 +34,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,9 +64,9 @@ def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def run_seed(seed: int, steps: int, out: Path) -> None:
-    """Both arms of one seed from one warm-up, written under ``out``."""
-    config = make_config("smollm2", seed=seed, max_steps=steps, eval_every=0, log_dir=str(out / "work"), run_name=f"sync-seed{seed}", save_every=-1)
+def run_seed(seed: int, steps: int, out: Path, work: Path) -> None:
+    """Both arms of one seed from one warm-up: their records under ``out``, checkpoints and logs under ``work``."""
+    config = make_config("smollm2", seed=seed, max_steps=steps, eval_every=0, log_dir=str(work), run_name=f"sync-seed{seed}", save_every=-1)
     trainer = Trainer(config, progress=False)
     try:
         trainer.warmup()
@@ -76,19 +77,19 @@ def run_seed(seed: int, steps: int, out: Path) -> None:
         trainer.close()
     export_run(trainer.run_dir, out / f"sync-seed{seed}", config=config)
     print(f"seed {seed}: decoupled arm, load {os.getloadavg()[0]:.1f}", flush=True)
-    run_decoupled(config, seed, steps, warm, out)
+    run_decoupled(config, seed, steps, warm, out, work)
 
 
-def run_decoupled(config: chz.Chz, seed: int, steps: int, warm: Path, out: Path) -> None:
+def run_decoupled(config: chz.Chz, seed: int, steps: int, warm: Path, out: Path, work: Path) -> None:
     """run-api, the trainer from ``warm``, one environment process; until the trainer's last step."""
     api_port, serve_port = free_port(), free_port()
     api, name = f"http://127.0.0.1:{api_port}", f"decoupled-seed{seed}"
-    logs = out / "work" / f"{name}-logs"
+    logs = work / f"{name}-logs"
     logs.mkdir(parents=True, exist_ok=True)
     trainer_args = [
         "-m", "gemlab.atropos", f"model_name={config.model_name}", f"init_state={warm}", f"lora_rank={config.lora_rank}",
         f"learning_rate={config.learning_rate}", f"batch_size={ANSWERS_PER_STEP}", f"max_steps={steps}", f"save_every={steps}", f"seed={seed}", "advantage=grpo",
-        "max_staleness=3", "max_token_len=512", f"log_dir={out / 'work'}", f"run_name={name}", f"api_url={api}", f"serve_port={serve_port}", "poll_seconds=0.1",
+        "max_staleness=3", "max_token_len=512", f"log_dir={work}", f"run_name={name}", f"api_url={api}", f"serve_port={serve_port}", "poll_seconds=0.1",
     ]
     env_args = [
         str(ENV), "serve", "--env.env_id", config.env_id, "--env.group_size", str(config.group_size), "--env.max_reply_tokens", str(config.max_tokens),
@@ -119,7 +120,7 @@ def run_decoupled(config: chz.Chz, seed: int, steps: int, warm: Path, out: Path)
         if trainer.wait() != 0:
             raise SystemExit(f"the trainer ended with {trainer.returncode}: see {logs / 'trainer.log'}")
         # the record only: no checkpoints; the environment's log of every group and the clock it is read on
-        export_run(out / "work" / name, out / name, extra={"scores.jsonl": (logs / "scores.jsonl").read_text(), "clock.json": clock})
+        export_run(work / name, out / name, extra={"scores.jsonl": (logs / "scores.jsonl").read_text(), "clock.json": clock})
     finally:
         for process in reversed(started):
             if process.poll() is None:
@@ -253,6 +254,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--out", type=Path, default=Path("research/data/decoupled-vs-sync"))
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "gemlab-decoupled-vs-sync", help="checkpoints and process logs")
     parser.add_argument("--report", type=Path, help="only report on the runs in this folder")
     parser.add_argument("--plot", type=Path, help="with --report: draw the figure here")
     parser.add_argument("--plateau", type=float, default=0.6)
@@ -264,7 +266,7 @@ def main() -> None:
         parser.error(f"--steps must be at least {2 * WINDOW}")
     print(f"{cpu_name()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
     for seed in args.seeds:
-        run_seed(seed, args.steps, args.out)
+        run_seed(seed, args.steps, args.out, args.work)
     report(args.out, args.plateau, None)
 
 
