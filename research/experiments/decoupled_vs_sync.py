@@ -3,7 +3,7 @@ synchronous Trainer, on one task (SmolLM2-135M-Instruct, ``preset=smollm2``'s su
 the same warmed-up weights.
 
     python research/experiments/decoupled_vs_sync.py --seeds 0 1 2 3 4 --steps 15 --out research/data/decoupled-vs-sync
-    python research/experiments/decoupled_vs_sync.py --report research/data/decoupled-vs-sync --plot research/notes/figures/decoupled-vs-sync.png
+    python research/experiments/decoupled_vs_sync.py --report research/data/decoupled-vs-sync --plot docs/figures/decoupled-vs-sync.png
 
 Per seed: the preset's Trainer runs its warm-up and saves it; the **synchronous** arm is that
 Trainer going on for ``--steps`` RL steps (sample 64 answers, train, repeat). The **decoupled** arm
@@ -230,7 +230,8 @@ def draw(runs: dict[str, list[dict[str, np.ndarray]]], level: float, path: Path)
             t = s["answer_time"][n - 1 :]
             curves.append(np.interp(grid, t, rolling, left=np.nan, right=np.nan))
             axes[0].plot(t, rolling, color=color, alpha=0.2, lw=0.8)
-        axes[0].plot(grid, np.nanmean(curves, axis=0), color=color, lw=2, label=f"{name} (mean of {len(series)} seeds)")
+        # the mean only where every seed has a value: a tail of fewer seeds would read as a change
+        axes[0].plot(grid, np.mean(curves, axis=0), color=color, lw=2, label=f"{name} (mean of {len(series)} seeds)")
         steps = min(len(s["step_s"]) for s in series)
         rewards = np.array([s["batch_reward"][:steps] for s in series])
         axes[1].plot(range(steps), rewards.mean(axis=0), color=color, marker="o", ms=3, label=name)
