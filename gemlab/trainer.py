@@ -178,6 +178,7 @@ class Trainer:
         self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self._stop_requested = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
+        self.last_evaluation: EvalResult | None = None  # the current weights' own evaluation, if one was made
         self._in_warmup = False  # the warm-up started and has not finished: its updates are not a checkpoint
         self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
         self._wandb = None
@@ -256,6 +257,7 @@ class Trainer:
 
     def _update_sent(self) -> None:
         self._mid_update = True  # from here until the step is logged, weights and metrics may disagree
+        self.last_evaluation = None  # the weights change
 
     async def _record(self, result: StepResult) -> None:
         """Log a finished step's metrics, then checkpoint if due."""
@@ -381,6 +383,7 @@ class Trainer:
 
     async def _warmup(self, progress: Any = None) -> list[float]:
         self._warmed_up = self._in_warmup = True
+        self.last_evaluation = None
         bar = self.progress if progress is None else progress
         losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=bar)
         self.folder.log_warmup(losses)
@@ -430,6 +433,7 @@ class Trainer:
         bar = tqdm(total=self.config.eval_games, desc=label, unit="episode", leave=False, disable=not self.progress, file=sys.stdout)
         with bar:
             result = await evaluate_client(self.training_client, self.tokenizer, self.template, self.config, progress=bar)
+        self.last_evaluation = result
         if self.progress:
             tqdm.write(f"{self._eval_name}: {Point.of(result, stage, steps).describe()}", file=sys.stdout)
         return result

@@ -9,7 +9,7 @@ import statistics
 
 from gemlab.envs import make_envs
 from gemlab import Prompting, Trainer, make_config
-from gemlab.evaluate import evaluate_async, evaluate_trainer, random_play, reset_seeds
+from gemlab.evaluate import evaluate_async, evaluate_client, evaluate_trainer, random_play, reset_seeds
 from tinker_emulator import TINY, LocalServiceClient
 from gemlab.templates import get_template
 
@@ -87,11 +87,38 @@ def test_a_trainer_evaluates_every_n_steps_on_its_evaluation_env(tmp_path):
     )  # fmt: skip
     with Trainer(config, progress=False) as trainer:
         first, second = trainer.step(), trainer.step()
-        direct = evaluate_trainer(trainer)  # the same weights, the same games
+        direct = trainer.run_on_loop(evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, config))  # played again
     assert "eval/success" not in first and "eval/base_success" in first  # step 1 is not due; the base was scored before it
     assert second["eval/return"] == sum(direct.returns) / 6 and second["eval/success"] == direct.success
     assert second["eval/success_low"] <= second["eval/success"] <= second["eval/success_high"] and second["time/eval"] > 0
     assert all("between 1 and 20" in e.transitions[0].observation for e in direct.episodes)
+
+
+def test_the_trainers_own_evaluation_of_the_current_weights_is_not_played_again(tmp_path, monkeypatch):
+    """Notebook 11 scores the weights after its last step, which the Trainer has just scored
+    (``eval_every``): that result is reused. Once the weights change, or for other games or
+    another temperature, the games are played."""
+    import gemlab.evaluate
+
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="reuse", eval_every=2, eval_games=6, max_steps=3, num_env=4, batch_size=8)
+    played = []
+    real = gemlab.evaluate.evaluate_client
+
+    def counted(*args, **kwargs):
+        played.append(kwargs.get("temperature"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gemlab.evaluate, "evaluate_client", counted)
+    with Trainer(config, progress=False) as trainer:
+        trainer.step()
+        assert trainer.last_evaluation is None  # the base was scored, then the weights changed; step 1 is not due
+        second = trainer.step()
+        own = trainer.last_evaluation
+        assert own is not None and own.success == second["eval/success"]
+        assert evaluate_trainer(trainer) is own and evaluate_trainer(trainer, 6) is own and played == []
+        assert evaluate_trainer(trainer, temperature=0.0) is not own and played == [0.0]
+        trainer.step()
+        assert evaluate_trainer(trainer) is not own and played == [0.0, None]
 
 
 def test_the_held_out_split_is_what_the_evaluation_plays(tmp_path):
