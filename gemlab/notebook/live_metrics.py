@@ -115,9 +115,11 @@ class LiveMetrics:
         for ax, metric in zip(axes[0], self.metrics):
             if metric in frame:  # a metric logged every N steps (eval/*) is drawn where it was logged
                 points = frame.dropna(subset=[metric])
-                ax.plot(points["step"], points[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
-                if f"{metric}_low" in points:  # its 95% interval
-                    ax.fill_between(points["step"], points[f"{metric}_low"], points[f"{metric}_high"], alpha=0.2)
+                (line,) = ax.plot(points["step"], points[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
+                if f"{metric}_low" in points:  # its 95% interval: a band between points, a bar at each (a lone point has no band)
+                    low, high = points[f"{metric}_low"], points[f"{metric}_high"]
+                    ax.fill_between(points["step"], low, high, alpha=0.2, color=line.get_color())
+                    ax.vlines(points["step"], low, high, color=line.get_color(), alpha=0.6, lw=2)
             label = self.labels.get(metric, metric)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlim(first - 0.3, last + 0.3)

@@ -68,3 +68,15 @@ def test_a_metric_logged_every_n_steps_is_drawn_where_it_was_logged_with_its_int
     band = evaluation.collections[0].get_paths()[0].vertices
     assert band[:, 1].min() == pytest.approx(0.1) and band[:, 1].max() == pytest.approx(0.9)
     matplotlib.pyplot.close(figure)
+
+
+def test_a_lone_evaluation_shows_its_interval():
+    """Notebook 11 at full size scores held-out problems once, after its last step: a band between
+    points has no width there, so each point also gets a bar from its low to its high."""
+    live = live_metrics.LiveMetrics(["eval/success"], total=3)
+    for step in range(3):
+        live.update({"step": step, **({"eval/success": 0.39, "eval/success_low": 0.28, "eval/success_high": 0.51} if step == 2 else {})})
+    figure = live.figure()
+    bars = [segment for collection in figure.axes[0].collections for segment in getattr(collection, "get_segments", lambda: [])()]
+    assert [[tuple(point) for point in segment] for segment in bars] == [[(2.0, pytest.approx(0.28)), (2.0, pytest.approx(0.51))]]
+    matplotlib.pyplot.close(figure)
