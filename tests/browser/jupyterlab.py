@@ -22,8 +22,8 @@ What the pieces do:
 - :class:`JupyterLab` starts ``jupyter lab`` on 127.0.0.1 on a free port with token auth and
   throwaway config, data, runtime, settings and workspace dirs. It serves a temporary copy of
   the repository: ``notebooks/`` holds fresh copies of the committed notebooks (outputs are never
-  written back), every other top-level entry is a symlink, so ``../data`` works as it does
-  under nbmake. Kernels inherit ``GEMLAB_QUICK=1`` (quick mode) and ``PYTHONPATH`` = this
+  written back), every other top-level entry is a symlink (images copied: Jupyter serves nothing
+  through a link out of its root), so ``../data`` works as it does under nbmake. Kernels inherit ``GEMLAB_QUICK=1`` (quick mode) and ``PYTHONPATH`` = this
   checkout, so they import this worktree's gemlab.
 - :class:`Notebook` is one open notebook: ``run_all``, ``problems`` (what a person would see
   as broken), ``cell_output`` / ``wait_for_change`` to check that driving a widget changed the
@@ -195,6 +195,23 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+IMAGES = {".png", ".svg", ".gif", ".jpg", ".jpeg"}
+
+
+def _mirror(source: Path, target: Path) -> None:
+    """``target`` reads as ``source``: a symlink, except that images are copied (with real folders
+    down to them). Jupyter serves no file through a symlink leading outside its root, so a
+    notebook's ``![...](../research/notes/figures/x.png)`` showed a broken image."""
+    if source.is_dir() and not source.is_symlink() and any(p.suffix.lower() in IMAGES for p in source.rglob("*")):
+        target.mkdir()
+        for entry in source.iterdir():
+            _mirror(entry, target / entry.name)
+    elif source.suffix.lower() in IMAGES:
+        shutil.copy2(source, target)
+    else:
+        target.symlink_to(source)
+
+
 class JupyterLab:
     """A JupyterLab server on 127.0.0.1 serving a temporary copy of the repository.
 
@@ -221,7 +238,7 @@ class JupyterLab:
         self.root.mkdir()
         for entry in self.repo.iterdir():
             if entry.name not in {"notebooks", ".git", "runs"}:
-                (self.root / entry.name).symlink_to(entry)
+                _mirror(entry, self.root / entry.name)
         (self.root / "notebooks").mkdir()
         for notebook in sorted((self.repo / "notebooks").glob("*.ipynb")):
             shutil.copy2(notebook, self.root / "notebooks" / notebook.name)
