@@ -154,14 +154,8 @@ async def evaluate_sampler(
 
 def evaluate_trainer(trainer: Any, num_games: int | None = None, *, progress: Any = None, temperature: float | None = None) -> EvalResult:
     """``evaluate_client`` with a ``gemlab.Trainer``'s current weights; blocks until the games end.
-    Where the Trainer has just scored these weights itself on the same games (``eval_every``), that
-    result is returned rather than played again."""
-    mine = getattr(trainer, "last_evaluation", None)
-    same_games = num_games in (None, trainer.config.eval_games) and temperature in (None, trainer.config.temperature)
-    if mine is not None and same_games:
-        if progress is not None:
-            progress.update(len(mine.wins))
-        return mine
+    (``trainer.last_evaluation`` holds the Trainer's own score of the current weights, if it just
+    made one: the same games, not played again.)"""
     playing = evaluate_client(
         trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress, temperature=temperature
     )

@@ -178,7 +178,9 @@ class Trainer:
         self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self._stop_requested = False
         self._mid_update = False  # an update was sent but its step is not logged: state unknown
-        self.last_evaluation: EvalResult | None = None  # the current weights' own evaluation, if one was made
+        # the evaluation the Trainer made of its current weights (eval_every), until a step or warm-up changes
+        # them; weights changed outside the Trainer (training_client.optim_step) are not seen
+        self.last_evaluation: EvalResult | None = None
         self._in_warmup = False  # the warm-up started and has not finished: its updates are not a checkpoint
         self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
         self._wandb = None

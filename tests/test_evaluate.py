@@ -94,31 +94,20 @@ def test_a_trainer_evaluates_every_n_steps_on_its_evaluation_env(tmp_path):
     assert all("between 1 and 20" in e.transitions[0].observation for e in direct.episodes)
 
 
-def test_the_trainers_own_evaluation_of_the_current_weights_is_not_played_again(tmp_path, monkeypatch):
-    """Notebook 11 scores the weights after its last step, which the Trainer has just scored
-    (``eval_every``): that result is reused. Once the weights change, or for other games or
-    another temperature, the games are played."""
-    import gemlab.evaluate
-
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="reuse", eval_every=2, eval_games=6, max_steps=3, num_env=4, batch_size=8)
-    played = []
-    real = gemlab.evaluate.evaluate_client
-
-    def counted(*args, **kwargs):
-        played.append(kwargs.get("temperature"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(gemlab.evaluate, "evaluate_client", counted)
+def test_the_trainer_keeps_its_own_evaluation_of_the_current_weights(tmp_path):
+    """Notebook 11 shows the score of the weights after its last step, which the Trainer has just
+    made (``eval_every``): ``last_evaluation`` holds it until a step changes the weights."""
+    config = make_config("laptop", log_dir=str(tmp_path), run_name="own", eval_every=2, eval_games=6, max_steps=3, num_env=4, batch_size=8)
     with Trainer(config, progress=False) as trainer:
         trainer.step()
         assert trainer.last_evaluation is None  # the base was scored, then the weights changed; step 1 is not due
         second = trainer.step()
         own = trainer.last_evaluation
-        assert own is not None and own.success == second["eval/success"]
-        assert evaluate_trainer(trainer) is own and evaluate_trainer(trainer, 6) is own and played == []
-        assert evaluate_trainer(trainer, temperature=0.0) is not own and played == [0.0]
+        assert own is not None and own.success == second["eval/success"] and len(own.wins) == 6
+        again = evaluate_trainer(trainer)  # the same weights and games, played again
+        assert again is not own and again.wins == own.wins and again.returns == own.returns
         trainer.step()
-        assert evaluate_trainer(trainer) is not own and played == [0.0, None]
+        assert trainer.last_evaluation is None
 
 
 def test_the_held_out_split_is_what_the_evaluation_plays(tmp_path):
