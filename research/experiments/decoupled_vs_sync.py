@@ -44,6 +44,7 @@ import numpy as np
 from gemlab.config import make_config
 from gemlab.doctor import cpu_name
 from gemlab.run_folder import export_run
+from gemlab.saved_runs import METRICS_FILE, read_rows
 from gemlab.studies.stats import interval, paired_contrast
 from gemlab.trainer import Trainer
 from tinker_emulator.checkpoints import folder_of
@@ -58,10 +59,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run_seed(seed: int, steps: int, out: Path, work: Path) -> None:
@@ -134,7 +131,7 @@ def run_decoupled(config: chz.Chz, seed: int, steps: int, warm: Path, out: Path,
 # ----- the report -------------------------------------------------------------------------------
 def arm(folder: Path) -> dict[str, np.ndarray]:
     """One run's series on its own clock (seconds since its first step started waiting for answers)."""
-    rows = jsonl(folder / "metrics.jsonl")
+    rows = read_rows(folder / METRICS_FILE).rows
     start = rows[0]["time/sample_start"]
     ends = np.array([r["time/train_end"] for r in rows]) - start
     series = {
@@ -144,12 +141,12 @@ def arm(folder: Path) -> dict[str, np.ndarray]:
         "batch_reward": np.array([r["sampler/episode_return"] for r in rows]),
         "trained_tokens": np.array([r.get("tokens/trained", r.get("train/num_tokens", np.nan)) for r in rows]),
     }
-    scores = jsonl(folder / "scores.jsonl")
-    if scores:  # decoupled: every group the environment sampled, dropped ones too
+    scores = read_rows(folder / "scores.jsonl").rows
+    if scores:  # decoupled: every group the environment sampled, stale ones too
         start_abs = json.loads((folder / "clock.json").read_text())["first_step_start"]
         series["answer_time"] = np.repeat(np.array([s["time"] for s in scores]) - start_abs, [len(s["scores"]) for s in scores])
         series["answer_score"] = np.concatenate([s["scores"] for s in scores])
-        series["sampled_tokens"] = np.array([sum(s["tokens"]) for s in scores]).sum() / len(rows) * np.ones(len(rows))
+        series["sampled_tokens"] = np.full(len(rows), sum(sum(s["tokens"]) for s in scores) / len(rows))  # all it sampled, per step
     else:
         series["answer_time"] = np.repeat(np.array([r["time/sample_end"] for r in rows]) - start, ANSWERS_PER_STEP)
         series["answer_score"] = np.repeat([r["sampler/success_rate"] for r in rows], ANSWERS_PER_STEP)
