@@ -99,7 +99,7 @@ def test_unfetched_results_and_held_bytes_are_bounded_per_key(tmp_path: Path) ->
         with pytest.raises(Busy, match="2 results nobody fetched"):
             registry.submit(alice, asyncio.sleep(0), lambda r: r)
         registry.submit(bob, asyncio.sleep(0), lambda r: r)  # bob's share is his own
-        registry.result(done[0], "alice").retrieved_at = 1.0  # fetched: no longer counted
+        registry.mark_fetched(done[0])  # fetched: no longer counted
         waiting = asyncio.get_running_loop().create_future()
         REQUEST_BYTES.set(600)
         registry.submit(alice, waiting, lambda r: r)
@@ -214,3 +214,37 @@ def test_a_sampler_in_use_is_never_dropped_and_a_key_past_its_limit_is_refused_n
 
     asyncio.run(scenario())
     assert sorted(registry.samplers) == ["p0-1", "p1-0", "p2-0", "p3-0"]
+
+
+def test_fetched_results_are_kept_for_a_second_poll_but_not_scanned_per_request(tmp_path: Path) -> None:
+    """Every request runs ``check_room``; a busy server holds thousands of fetched results (kept a
+    minute for a client that polls again), and walking them all made each request milliseconds slower."""
+    registry = Registry(tmp_path, max_pending=100, max_pending_per_session=100)
+
+    async def scenario() -> list[str]:
+        alice = registry.new_session("alice")
+        ids = [registry.submit(alice, asyncio.sleep(0), lambda r: r) for _ in range(50)]
+        await asyncio.sleep(0.01)
+        for request_id in ids:
+            registry.mark_fetched(request_id)
+        looked_at = 0
+
+        class Counted:  # a finished task that counts how often check_room asks about it
+            def done(self) -> bool:
+                nonlocal looked_at
+                looked_at += 1
+                return True
+
+        for request_id in ids:
+            registry.result(request_id, "alice").task = Counted()
+        registry.submit(alice, asyncio.sleep(0), lambda r: r)
+        assert looked_at == 0
+        return ids
+
+    ids = asyncio.run(scenario())
+    fetched_at = registry.result(ids[0], "alice").retrieved_at
+    registry.sweep(now=fetched_at + 30)
+    assert registry.result(ids[0], "alice") is not None  # a client that polls again still gets it
+    registry.sweep(now=fetched_at + 61)
+    with pytest.raises(NotFound):
+        registry.result(ids[0], "alice")

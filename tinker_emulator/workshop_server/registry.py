@@ -130,7 +130,11 @@ class Registry:
         self.models: dict[str, Model] = {}
         self.samplers: dict[str, Sampler] = {}
         self.base_samplers: dict[str, Sampler] = {}
-        self.pending: dict[str, Pending] = {}
+        self.pending: dict[str, Pending] = {}  # requests running, and results not yet fetched
+        # fetched results, kept ``RETRIEVED_TTL_S`` for a client that polls again; apart from
+        # ``pending`` so that ``check_room``, run on every request, scans only what it bounds (a
+        # busy server holds thousands of fetched results: scanning them cost milliseconds a request)
+        self.fetched: dict[str, Pending] = {}
 
     # ----- tenants and sessions ------------------------------------------------------------
     def tenant(self, name: str) -> Tenant:
@@ -271,7 +275,7 @@ class Registry:
         for p in self.pending.values():
             running = not p.task.done()
             waiting += running
-            if p.session.tenant is not session.tenant or p.retrieved_at is not None:
+            if p.session.tenant is not session.tenant:
                 continue
             mine += running and p.session is session
             queued += running
@@ -296,12 +300,20 @@ class Registry:
             )
 
     def result(self, request_id: Any, tenant: str) -> Pending:
-        pending = self.pending.get(request_id) if isinstance(request_id, str) else None
+        pending = (self.pending.get(request_id) or self.fetched.get(request_id)) if isinstance(request_id, str) else None
         if pending is None or pending.session.tenant.name != tenant:
             ttl = self.quotas.result_ttl_s
             raise NotFound(f"No request {request_id!r} for this API key (results are kept {ttl:.0f} s)")
         pending.session.last_seen = time.monotonic()
         return pending
+
+    def mark_fetched(self, request_id: str) -> None:
+        """The finished result ``request_id`` was handed to its client: it no longer counts against its
+        key's quotas, and is kept ``RETRIEVED_TTL_S`` more for a client that polls again."""
+        pending = self.pending.pop(request_id, None)
+        if pending is not None:
+            pending.retrieved_at = time.monotonic()
+            self.fetched[request_id] = pending
 
     def waiting(self) -> int:
         return sum(1 for p in self.pending.values() if not p.task.done())
@@ -310,11 +322,9 @@ class Registry:
     def sweep(self, now: float | None = None) -> None:
         """Drop expired sessions (their models, samplers and results go with them) and old results."""
         now = time.monotonic() if now is None else now
-        for request_id, pending in list(self.pending.items()):
-            retrieved = pending.retrieved_at is not None and now - pending.retrieved_at > RETRIEVED_TTL_S
-            stale = pending.done_at is not None and now - pending.done_at > self.quotas.result_ttl_s
-            if retrieved or stale:
-                del self.pending[request_id]
+        self.fetched = {k: p for k, p in self.fetched.items() if now - p.retrieved_at <= RETRIEVED_TTL_S}
+        ttl = self.quotas.result_ttl_s
+        self.pending = {k: p for k, p in self.pending.items() if p.done_at is None or now - p.done_at <= ttl}
         expired = {s.id for s in self.sessions.values() if now - s.last_seen > SESSION_TTL_S}
         busy = {p.session.id for p in self.pending.values() if not p.task.done()}
         for session_id in expired - busy:
@@ -327,3 +337,4 @@ class Registry:
         self.models = {k: m for k, m in self.models.items() if m.session.id in alive}
         self.samplers = {k: s for k, s in self.samplers.items() if s.session is None or s.session.id in alive}
         self.pending = {k: p for k, p in self.pending.items() if p.session.id in alive or not p.task.done()}
+        self.fetched = {k: p for k, p in self.fetched.items() if p.session.id in alive}

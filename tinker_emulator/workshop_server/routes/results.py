@@ -5,7 +5,6 @@ come back as protobuf, the rest as JSON; a failure as Tinker's error JSON."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
@@ -28,7 +27,7 @@ async def retrieve_future(request: Request, server: ServerDep, tenant: TenantDep
         await asyncio.wait([pending.task], timeout=POLL_S)
     if not pending.task.done():
         return JSONResponse({"type": "try_again", "request_id": body.request_id, "queue_state": "active"})
-    pending.retrieved_at = pending.retrieved_at or time.monotonic()
+    server.registry.mark_fetched(body.request_id)
     error = pending.task.exception() if not pending.task.cancelled() else asyncio.CancelledError("cancelled")
     if error is not None:
         _, message, category = logged(error, f"request {body.request_id}")
