@@ -1,18 +1,22 @@
 """Tinker's HTTP API served by ``python -m tinker_emulator.workshop_server``: what it costs and how it holds up.
 
-1. The laptop preset's seconds per step over HTTP (the unpatched SDK against a server process) vs
+1. The cost of one sample call: ``--call-turns`` turns of ``--call-width`` concurrent calls (8 tokens
+   each, as the laptop preset's), in-process and through the unpatched SDK: wall time per turn, and the
+   CPU the calling process spends per call (the SDK's own work, over HTTP; the generation too, in-process).
+2. The laptop preset's seconds per step over HTTP (the unpatched SDK against a server process) vs
    in-process (the local backend in this process), steps interleaved in one run; the ratio's target is
    at most 1.15.
-2. A simulated workshop: ``--clients`` processes, each running ``--steps`` steps of a small RL loop
+3. A simulated workshop: ``--clients`` processes, each running ``--steps`` steps of a small RL loop
    (sample 8 completions, importance-sampling forward_backward, AdamW step) against one server: how
    many finish without an error, each one's seconds per step, the server's memory at start and end.
 
-    PYTHONPATH=$PWD python benchmarks/bench_http.py [--steps 6] [--clients 30] [--client-steps 10]
+    PYTHONPATH=$PWD python benchmarks/bench_http.py [--call-turns 30] [--steps 6] [--clients 30] [--client-steps 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -27,6 +31,34 @@ from gemlab.doctor import cpu_name
 from tinker_emulator.workshop_server.process import ServerProcess, offline_server
 
 CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's program
+
+
+def call_cost(server: ServerProcess, turns: int, width: int) -> None:
+    """``turns`` turns of ``width`` concurrent 8-token sample calls, in-process and over HTTP (the first 3 not counted)."""
+    import tinker
+    from tinker import types
+
+    from gemlab.episodes import sampling_params
+    from tinker_emulator import LocalServiceClient
+
+    async def play(client: object, tokenizer: object) -> tuple[float, float]:
+        params, me, walls, cpus = sampling_params(tokenizer, 8), psutil.Process(), [], []
+        for turn in range(turns + 3):
+            prompts = [types.ModelInput.from_ints(tokenizer.encode(f"guess {i} {turn} between 1 and 20")) for i in range(width)]
+            cpu, wall = sum(me.cpu_times()[:2]), time.perf_counter()
+            await asyncio.gather(*[client.sample(prompt=p, num_samples=1, sampling_params=params) for p in prompts])
+            if turn >= 3:
+                walls.append(time.perf_counter() - wall)
+                cpus.append(sum(me.cpu_times()[:2]) - cpu)
+        return statistics.median(walls), statistics.median(cpus)
+
+    remote = lambda: tinker.ServiceClient(base_url=server.url, api_key=server.keys[0])  # noqa: E731
+    for name, make in (("in-process", LocalServiceClient), ("over HTTP", remote)):
+        training = make().create_lora_training_client(base_model="gemlab/tiny", rank=8).result()
+        sampler = training.save_weights_and_get_sampling_client().result()
+        wall, cpu = asyncio.run(play(sampler, training.get_tokenizer()))
+        print(f"  {name:11s} median per turn of {width} calls: {1000 * wall:.0f} ms wall, {1000 * cpu:.0f} ms of this process's CPU "
+              f"({1000 * cpu / width:.2f} ms a call)")
 
 
 def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
@@ -100,6 +132,8 @@ def workshop(server: ServerProcess, clients: int, steps: int, timeout: float, wo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--call-turns", type=int, default=30, help="turns of concurrent sample calls timed per side (0: skip)")
+    parser.add_argument("--call-width", type=int, default=26, help="sample calls per turn (a laptop-preset turn has 17-32)")
     parser.add_argument("--steps", type=int, default=6, help="laptop-preset steps measured per side")
     parser.add_argument("--clients", type=int, default=30, help="workshop client processes")
     parser.add_argument("--client-steps", type=int, default=10, help="RL steps per workshop client")
@@ -109,6 +143,9 @@ def main() -> None:
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores")
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     with offline_server() as (server, workdir):
+        if args.call_turns:
+            print(f"one sample call: {args.call_turns} turns of {args.call_width} concurrent calls per side:")
+            call_cost(server, args.call_turns, args.call_width)
         if not args.skip_laptop:
             print(f"laptop preset, {args.steps} interleaved steps each (after one warm-up step):")
             laptop_ratio(server, args.steps, workdir)
