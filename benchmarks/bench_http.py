@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -52,7 +53,7 @@ def call_cost(server: ServerProcess, turns: int, width: int) -> None:
                 cpus.append(sum(me.cpu_times()[:2]) - cpu)
         return statistics.median(walls), statistics.median(cpus)
 
-    remote = lambda: tinker.ServiceClient(base_url=server.url, api_key=server.keys[0])  # noqa: E731
+    remote = functools.partial(tinker.ServiceClient, base_url=server.url, api_key=server.keys[0])
     for name, make in (("in-process", LocalServiceClient), ("over HTTP", remote)):
         training = make().create_lora_training_client(base_model="gemlab/tiny", rank=8).result()
         sampler = training.save_weights_and_get_sampling_client().result()
