@@ -237,7 +237,7 @@ class JupyterLab:
         self.root = base / "repo"
         self.root.mkdir()
         for entry in self.repo.iterdir():
-            if entry.name not in {"notebooks", ".git", "runs"}:
+            if entry.name not in {"notebooks", ".git", "runs", ".ci-venv"}:  # .ci-venv: .ci/run's environment
                 _mirror(entry, self.root / entry.name)
         (self.root / "notebooks").mkdir()
         for notebook in sorted((self.repo / "notebooks").glob("*.ipynb")):
