@@ -2,9 +2,16 @@
 measured in one run: sampling, forward_backward, multi-turn and single-turn RL steps, bfloat16
 against float32, and the preset steps.
 
-    python benchmarks/bench_local.py                       # everything (about 20 minutes on 2 cores)
+    python benchmarks/bench_local.py                       # everything, native then AVX2-only (over an hour on 2 cores)
+    python benchmarks/bench_local.py --isa native          # everything on this CPU's own kernels (about 30 minutes)
+    python benchmarks/bench_local.py --parts tool --smollm2-steps 0 --tiny-steps 0   # the tool task's step and evaluation
     python benchmarks/bench_local.py --parts steps --smollm2-steps 0 --tiny-steps 0 --ablations   # the RL steps
     python benchmarks/bench_local.py --skip-smollm2        # the tiny model only
+
+- **native and AVX2-only** (``--isa``, both by default): each ISA runs in a process of its own, the
+  second with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` (PyTorch's and oneDNN's AVX2
+  kernels only: a laptop without AVX-512, where bfloat16 brings nothing), one after the other; the
+  table at the end puts each row's two figures side by side, under the CPU's name.
 
 - **limit**: one core's matmul peak in the dtype the model computes in (float32, or bfloat16
   where the backend chose it: ``tinker_emulator.precision``), the best of a few 2048x2048 ``torch.mm``
@@ -27,6 +34,13 @@ against float32, and the preset steps.
   the logprob difference bfloat16 costs: bf16 sampler vs float32 learner (what switching costs)
   and bf16 sampler vs bf16 learner (what ``train/logprob_diff_abs`` then shows; the RL steps print
   it too).
+- **sampling's floors**: each sampling row also prints its floor: the larger of the compute floor
+  (counted FLOPs at the per-core peak) and the memory floor (every decoding step reads the weights
+  once, at the bandwidth of one thread copying 256 MB).
+- **the tool task** (``tool``): ``preset=smollm2-tool`` as it runs (the preset's warm-up first):
+  the 64-episode held-out evaluation, and RL steps of 64 two-turn episodes (sampling with GEM's
+  python tool in gemlab's sandbox, then the update), with the sampler/learner logprob gap; FLOPs
+  counted on one more step.
 - **preset steps**: wall and CPU seconds of a ``preset=smollm2`` RL step (64 episodes; the base
   model, whose answers run to ``max_tokens``) and of a ``preset=laptop`` step, vs their compute
   floor (counted FLOPs at the per-core peak).
@@ -41,13 +55,18 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import os
+import platform
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,18 +130,65 @@ def count_flops(fn: Callable[[], Any]) -> int:
     return mode.get_total_flops()
 
 
+@dataclass
+class Row:
+    """One measured row: seconds, FLOPs, the share of the peak, and the ratio to its baseline."""
+
+    what: str
+    wall: float
+    cpu: float
+    gflop: float
+    efficiency: float  # % of the per-core peak per CPU-second
+    ratio: str = ""  # "CPU-s x  wall x" against the baseline, or a note (the floor)
+
+
 class Report:
-    """Rows of the speed table."""
+    """Rows of the speed table, printed as they come and kept for the table of both ISAs."""
 
     def __init__(self, peak: float) -> None:
         self.peak = peak
+        self.rows: list[Row] = []
         print(f"{'what':66} {'wall s':>7} {'CPU s':>7} {'GFLOP':>7} {'% peak/CPU-s':>12} {'speed-up (CPU s, wall)':>23}")
 
-    def row(self, what: str, wall: float, cpu: float, flops: float, baseline: tuple[float, float] | None = None) -> None:
+    def row(self, what: str, wall: float, cpu: float, flops: float, baseline: tuple[float, float] | None = None, note: str = "") -> None:
         """One line; ``baseline`` is the (wall, CPU) seconds this row is compared with."""
         efficiency = 100 * flops / (cpu * self.peak) if cpu > 0 else float("nan")
-        ratio = f"{baseline[1] / cpu:8.2f}x {baseline[0] / wall:8.2f}x" if baseline else ""
+        ratio = f"{baseline[1] / cpu:8.2f}x {baseline[0] / wall:8.2f}x" if baseline else note
+        self.rows.append(Row(what, wall, cpu, flops / 1e9, efficiency, ratio.strip()))
         print(f"{what:66} {wall:7.2f} {cpu:7.2f} {flops / 1e9:7.1f} {efficiency:11.0f}% {ratio:>23}", flush=True)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def memory_bandwidth(megabytes: int = 256) -> float:
+    """Bytes per second one thread moves copying a ``megabytes`` tensor (read + write), the best of five."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        source = torch.ones(megabytes << 18)  # float32: 4 bytes each
+        target = torch.empty_like(source)
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            target.copy_(source)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * source.nbytes / best
+
+
+def sampling_floor(flops: float, peak: float, weight_bytes: int, decoding_steps: int, bandwidth: float) -> str:
+    """The row's floor: compute (FLOPs at one core's peak) or memory (the weights read once per
+    decoding step), whichever is larger, as ``floor s (which)``."""
+    compute, memory = flops / peak, weight_bytes * decoding_steps / bandwidth
+    return f"floor {max(compute, memory):.2f} s ({'compute' if compute >= memory else 'memory'}; memory {memory:.2f} s)"
 
 
 # ----- sampling -------------------------------------------------------------------------------
@@ -228,6 +294,8 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
         "turn 2 (shared preamble, own history)": [tokenizer.encode(turn_two_prompt(i)) for i in range(requests)],
     }
     if "sampling" in args.parts:
+        bandwidth = memory_bandwidth()
+        print(f"memory bandwidth: {bandwidth / 1e9:.1f} GB/s (one thread copying 256 MB)")
         plain_model = build_model(SMOLLM2).to(dtype).eval()
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         for label, prompts in scenarios.items():
@@ -240,6 +308,8 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
             what = f"sample {requests}x{max_tokens} tok, {label}"
             report.row(f"{what}: plain generate", *plain, plain_flops)
             report.row(f"{what}: local", *local, local_flops, plain)
+            weights = sum(m.weight.nbytes for m in plain_model.modules() if isinstance(m, torch.nn.Linear))  # read every step
+            report.row(f"{what}: local vs its floor", *local, local_flops, note=sampling_floor(local_flops, report.peak, weights, max_tokens, bandwidth))
         del plain_model
     prompt = tokenizer.encode(PROMPT)
     data = training_data(prompt, args.rows, args.length, len(tokenizer))
@@ -269,6 +339,8 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
         what = f"forward_backward+optim 4 problems x 16 answers of {max_tokens} tok"
         report.row(f"{what}: plain PEFT loop", *plain_grouped[0], plain_grouped[1])
         report.row(f"{what}: local", *timed(repeats, train_grouped), count_flops_on_workers(train_grouped), plain_grouped[0])
+    if "tool" in args.parts:
+        bench_tool(report, args.tool_steps, peaks)
     if "steps" in args.parts:
         stepper = service.create_lora_training_client(base_model=SMOLLM2, rank=8, seed=0).result()  # the preset's rank
         bench_steps(report, stepper, dtype, args.step_repeats, args.ablations)
@@ -533,7 +605,51 @@ def learner_logprobs(training: Any, prompts: list[list[int]], responses: list[An
     return [o["logprobs"].to_torch()[len(p) - 1 :].tolist() for o, p in zip(out.loss_fn_outputs, prompts)]
 
 
-def bench_step(label: str, config: Any, steps: int, peaks: dict[torch.dtype, float]) -> None:
+# ----- the tool task: preset=smollm2-tool as it runs -----------------------------------------
+def bench_tool(report: Report, steps: int, peaks: dict[torch.dtype, float]) -> None:
+    """``preset=smollm2-tool`` after its warm-up: the held-out evaluation of 64 two-turn episodes,
+    then ``steps`` RL steps (sampling with the sandboxed python tool, then the update), each timed
+    alone; FLOPs counted on one more step (the FLOP counter slows what it counts)."""
+    from gemlab.config import make_config
+    from gemlab.evaluate import evaluate_trainer
+    from gemlab.trainer import Trainer
+
+    config = make_config("smollm2-tool", log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"), eval_every=0, max_steps=10_000)
+    trainer = Trainer(config, progress=False)
+    try:
+        trainer.warmup()
+        dtype = trainer.training_client._model.dtype
+        report.peak = peaks[dtype]
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = evaluate_trainer(trainer)
+        report.row(f"smollm2-tool: held-out evaluation, {config.eval_games} episodes", time.perf_counter() - wall, time.process_time() - cpu, 0.0,
+                   note=f"success {result.success_rate:.2f}")
+        rows = []
+        for _ in range(steps):
+            wall, cpu = time.perf_counter(), time.process_time()
+            metrics = trainer.step()
+            rows.append((time.perf_counter() - wall, time.process_time() - cpu, metrics))
+        flops = count_flops_on_workers(trainer.step)
+    finally:
+        trainer.close()
+    wall = statistics.median(r[0] for r in rows)
+    cpu = statistics.median(r[1] for r in rows)
+    sample = statistics.median(r[2]["time/sample"] for r in rows)
+    train = statistics.median(r[2]["time/train"] for r in rows)
+    gap = statistics.median(r[2].get("train/logprob_diff_abs", float("nan")) for r in rows)
+    report.row(f"smollm2-tool RL step, {config.num_env} episodes (median of {steps})", wall, cpu, flops,
+               note=f"sampling {sample:.1f} s, training {train:.1f} s")
+    print(f"  sampler/learner mean |logprob diff| {gap:.4f} nats ({dtype}); peak RSS so far {peak_rss_gb():.2f} GB")
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory, in GB (Linux reports kB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def bench_step(report: Report, label: str, config: Any, steps: int, peaks: dict[torch.dtype, float]) -> None:
     """Wall and CPU seconds of a Trainer step (the median of ``steps``, after a warm-up step) against
     its floor: its counted FLOPs at the per-core peak of the dtype its model computes in, on one
     core and on every core."""
@@ -555,13 +671,21 @@ def bench_step(label: str, config: Any, steps: int, peaks: dict[torch.dtype, flo
     floor = flops / peaks[dtype]
     cpu, wall = statistics.median(cpu_times), statistics.median(walls)
     cores = os.cpu_count() or 1
+    report.peak = peaks[dtype]
+    report.row(f"{label.split(' (')[0]} (median of {steps})", wall, cpu, flops, note=f"{cpu / floor:.1f}x the floor in CPU-s")
     print(f"\n{label}, {dtype}: median of {steps}: wall {wall:.2f} s (sampling {statistics.median(samples):.2f} s, training "
           f"{statistics.median(trains):.2f} s), {cpu:.2f} CPU-s; {flops / 1e9:.1f} GFLOP -> floor {floor:.2f} CPU-s: "
           f"{cpu / floor:.1f}x the floor in CPU-s, {wall / (floor / cores):.1f}x it in wall s on {cores} cores")
 
 
+ISAS = {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--isa", nargs="+", default=list(ISAS), choices=list(ISAS),
+                        help="kernels to measure with, each in a process of its own: this CPU's own, and AVX2 only (a laptop's)")
+    parser.add_argument("--rows-to", help=argparse.SUPPRESS)  # a child process writes its rows here (JSON lines)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--step-repeats", type=int, default=1, help="timed runs of each RL step of the 'steps' part, after a counted warm-up")
     parser.add_argument("--requests", type=int, default=32, help="concurrent sampling requests")
@@ -570,16 +694,31 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=300)
     parser.add_argument("--tiny-steps", type=int, default=10)
     parser.add_argument("--smollm2-steps", type=int, default=3, help="preset=smollm2 steps to time (0: none)")
+    parser.add_argument("--tool-steps", type=int, default=2, help="preset=smollm2-tool RL steps to time, in the 'tool' part")
     parser.add_argument("--skip-smollm2", action="store_true")
-    parser.add_argument("--parts", nargs="*", default=["sampling", "training", "steps"], choices=["sampling", "training", "steps"],
+    parser.add_argument("--parts", nargs="*", default=["sampling", "training", "tool", "steps"], choices=["sampling", "training", "tool", "steps"],
                         help="SmolLM2 parts to run (the float32 comparison runs with any, where the backend chose bfloat16)")
     parser.add_argument("--ablations", action="store_true", help="also the multi-turn step without the turns kept, and with a datum per turn")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs visible, load {os.getloadavg()}")
+    if args.rows_to is None:
+        side_by_side(args)
+        return
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} CPUs visible; torch {torch.__version__} using {torch.backends.cpu.get_cpu_capability()} kernels; "
+          f"load {os.getloadavg()}")
     peaks = {torch.float32: matmul_rate(), torch.bfloat16: matmul_rate(torch.bfloat16)}
     print(f"limit: {peaks[torch.float32] / 1e9:.0f} GFLOP per CPU-second float32 (torch.mm of up to 2048^3, 1 thread); "
           f"bfloat16 {peaks[torch.bfloat16] / 1e9:.1f} ({peaks[torch.bfloat16] / peaks[torch.float32]:.2f}x)")
     report = Report(peaks[torch.float32])
+    try:
+        measure(args, report, peaks)
+    finally:
+        with open(args.rows_to, "w") as out:
+            out.writelines(json.dumps(asdict(row)) + "\n" for row in report.rows)
+    print(f"load {os.getloadavg()}; peak RSS {peak_rss_gb():.2f} GB")
+
+
+def measure(args: argparse.Namespace, report: Report, peaks: dict[torch.dtype, float]) -> None:
+    """Every part asked for, on the kernels of this process."""
     if not args.skip_smollm2 and args.parts:
         try:
             model_source(SMOLLM2)
@@ -593,9 +732,31 @@ def main() -> None:
     if not args.skip_smollm2 and args.smollm2_steps:
         # the recipe's RL step on the base model (no warm-up: its answers run to max_tokens, the longest step)
         config = make_config("smollm2", log_dir=log_dir, warmup_steps=0, eval_every=0, max_steps=10_000)
-        bench_step(f"{SMOLLM2} preset=smollm2 step (64 episodes: 4 problems x 16 answers)", config, args.smollm2_steps, peaks)
-    bench_step(f"{TINY} laptop step", make_config("laptop", log_dir=log_dir, max_steps=10_000), args.tiny_steps, peaks)
-    print(f"load {os.getloadavg()}")
+        bench_step(report, f"{SMOLLM2} preset=smollm2 step (64 episodes: 4 problems x 16 answers)", config, args.smollm2_steps, peaks)
+    if args.tiny_steps:
+        bench_step(report, f"{TINY} laptop step", make_config("laptop", log_dir=log_dir, max_steps=10_000), args.tiny_steps, peaks)
+
+
+def side_by_side(args: argparse.Namespace) -> None:
+    """Run this script once per ISA, each in a process of its own (the kernels are chosen when torch
+    loads), then print every row's figures side by side."""
+    results: dict[str, list[Row]] = {}
+    forwarded = [a for a in sys.argv[1:] if a not in ISAS and a != "--isa"]
+    with tempfile.TemporaryDirectory(prefix="gemlab-bench-") as folder:
+        for isa in args.isa:
+            rows = Path(folder) / f"{isa}.jsonl"
+            print(f"\n===== {isa} kernels{' (' + ' '.join(f'{k}={v}' for k, v in ISAS[isa].items()) + ')' if ISAS[isa] else ''} =====", flush=True)
+            subprocess.run([sys.executable, __file__, *forwarded, "--isa", isa, "--rows-to", str(rows)], env={**os.environ, **ISAS[isa]}, check=False)
+            results[isa] = [Row(**json.loads(line)) for line in rows.read_text().splitlines()] if rows.exists() else []
+    labels = list(dict.fromkeys(row.what for rows in results.values() for row in rows))
+    print(f"\n{cpu_name()}, {os.cpu_count()} CPUs: each ISA's wall s, CPU s, % of its own peak per CPU-s, and ratio or note")
+    print(f"{'what':66} " + " | ".join(f"{isa:^53}" for isa in results))
+    for label in labels:
+        cells = []
+        for rows in results.values():
+            row = next((r for r in rows if r.what == label), None)
+            cells.append(f"{row.wall:7.2f} {row.cpu:7.2f} {row.efficiency:5.0f}% {row.ratio[:30]:>30}" if row else f"{'-':^53}")
+        print(f"{label:66} " + " | ".join(cells))
 
 
 if __name__ == "__main__":
