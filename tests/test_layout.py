@@ -11,6 +11,7 @@ circle is still a circle)."""
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gemlab"
@@ -194,3 +195,27 @@ def test_scripts_import_nothing_from_the_tests() -> None:
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             found |= {f"{path.relative_to(root)} imports {n}" for n in names if n == "tests" or n.startswith("tests.")}
     assert not found, "move what a script needs out of tests/: " + "; ".join(sorted(found))
+
+
+def string_literals(source: str) -> set[str]:
+    """Every string constant in ``source``."""
+    return {node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+def test_data_holds_only_what_is_read() -> None:
+    """Every folder in data/ is opened by a notebook's code, a test or the code (its name, or
+    ``data/<name>``, as a string in a code cell or a .py file); runs that only the research notes
+    cite belong in research/data/."""
+    root = PACKAGE.parent
+    sources = [path.read_text() for folder in ("gemlab", "tinker_emulator", "tests", "benchmarks", "examples") for path in (root / folder).rglob("*.py")]
+    sources += [
+        "".join(cell["source"])
+        for notebook in sorted((root / "notebooks").glob("*.ipynb"))
+        for cell in json.loads(notebook.read_text())["cells"]
+        if cell["cell_type"] == "code"
+    ]
+    strings = set().union(*map(string_literals, sources))
+    folders = sorted(path.name for path in (root / "data").iterdir() if path.is_dir())
+    assert "runs" in folders
+    unread = [name for name in folders if not strings & {name, f"data/{name}", f"../data/{name}"}]
+    assert not unread, f"nothing reads data/{unread}: move them to research/data/ (git mv) and update their citations"

@@ -38,7 +38,7 @@ from gemlab.studies.figures import FIGURES, aggregate_table, best_learning_rates
 from gemlab.studies.runner import estimate_seconds, format_duration, read_timings, run_studies
 
 # recorded costs: the pilot's timings.jsonl (CPU seconds per step), then the old runs' step times
-REFERENCES = tuple(Path(root) / study for root in ("data/pilot", "data/figures", "data/figures-40steps") for study in STUDIES)
+REFERENCES = tuple(Path(root) / study for root in ("data/pilot", "data/figures", "research/data/figures-40steps") for study in STUDIES)
 
 
 def parse_overrides(pairs: list[str]) -> dict:

@@ -3,7 +3,7 @@ and during RL, per seed, with each run's config and metrics recorded (no checkpo
 
     python research/experiments/smollm2_learning.py --seeds 0 1 2 3 4 --minutes 15 --out data/smollm2-sums
     python research/experiments/smollm2_learning.py --report data/smollm2-sums --figure docs/figures/smollm2-sums.png
-    GEMLAB_THREADS=1 python research/experiments/smollm2_learning.py --seeds 0 1 2 3 4 5 --minutes 12 --out data/smollm2-times \
+    GEMLAB_THREADS=1 python research/experiments/smollm2_learning.py --seeds 0 1 2 3 4 5 --minutes 12 --out research/data/smollm2-times \
         env_id=rg:times-1digit-train eval_env_id=rg:times-1digit-test max_steps=100
 
 Each seed: a ``preset=smollm2`` Trainer (``key=value`` arguments override it) evaluated on the
