@@ -2,7 +2,8 @@
 (tinker_emulator/) imports nothing from gemlab; the pipeline (the modules flat in gemlab/) imports no
 role (the other folders: notebook helpers, the lab, the studies, the OpenAI endpoint, the Atropos
 loop, the tiny model, the cookbook adapter), so the roles stand on the pipeline and never the other
-way round.
+way round. data/ holds only what notebooks, tests and code read, and notebooks show only images
+under notebooks/ or data/.
 
 The import graph is read from the source with ``ast``: every ``import``/``from ... import`` of a
 gemlab or tinker_emulator module, at module level and inside functions alike (a function-level import that dodges a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gemlab"
@@ -219,3 +221,25 @@ def test_data_holds_only_what_is_read() -> None:
     assert "runs" in folders
     unread = [name for name in folders if not strings & {name, f"data/{name}", f"../data/{name}"}]
     assert not unread, f"nothing reads data/{unread}: move them to research/data/ (git mv) and update their citations"
+
+
+MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)|<img\b[^>]*\bsrc=[\"']([^\"']+)")
+
+
+def test_markdown_images_are_found() -> None:
+    text = '![a](../data/x.png) and <img width="3" src="y.svg"> and [a link](z.md)'
+    assert [a or b for a, b in MARKDOWN_IMAGE.findall(text)] == ["../data/x.png", "y.svg"]
+
+
+def test_notebooks_show_only_images_of_the_kit() -> None:
+    """A notebook's markdown shows images under notebooks/ or data/ only, and they exist: the kit
+    works without research/ (and Jupyter serves nothing outside its root)."""
+    root = PACKAGE.parent
+    wrong = []
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            for a, b in MARKDOWN_IMAGE.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []:
+                image = (notebook.parent / (a or b)).resolve()
+                if not image.is_file() or not (image.is_relative_to(root / "notebooks") or image.is_relative_to(root / "data")):
+                    wrong.append(f"{notebook.name}: {a or b}")
+    assert not wrong, "notebooks show images under notebooks/ or data/: " + "; ".join(wrong)

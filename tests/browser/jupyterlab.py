@@ -201,7 +201,7 @@ IMAGES = {".png", ".svg", ".gif", ".jpg", ".jpeg"}
 def _mirror(source: Path, target: Path) -> None:
     """``target`` reads as ``source``: a symlink, except that images are copied (with real folders
     down to them). Jupyter serves no file through a symlink leading outside its root, so a
-    notebook's ``![...](../research/notes/figures/x.png)`` showed a broken image."""
+    notebook's ``![...](../data/figures/x.png)`` showed a broken image."""
     if source.is_dir() and not source.is_symlink() and any(p.suffix.lower() in IMAGES for p in source.rglob("*")):
         target.mkdir()
         for entry in source.iterdir():
