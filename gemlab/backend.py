@@ -53,7 +53,7 @@ def served_models(service_client: Any) -> list[Any]:
     local service client, and any other stand-in, answers itself."""
     import tinker
 
-    local = sys.modules.get("tinker_emulator")  # a local client exists only once the emulator is imported
+    local = sys.modules.get("tinker_emulator.service_client")  # a local client exists only once it is imported
     if isinstance(service_client, tinker.ServiceClient) and not (local and isinstance(service_client, local.LocalServiceClient)):
         return tinker_served_models()
     return service_client.get_server_capabilities().supported_models

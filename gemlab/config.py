@@ -20,6 +20,7 @@ import chz
 import numpy as np
 
 from gemlab.env_ids import GUESS_EASY, PRODUCTS_TEST, PRODUCTS_TRAIN, SUMS_TEST, SUMS_TRAIN
+from gemlab.model_names import QWEN3_4B_INSTRUCT, SMOLLM2, TINY
 from gemlab.returns import ADVANTAGES
 from gemlab.templates import TEMPLATES
 
@@ -151,7 +152,7 @@ class Config:
     """Everything that defines a run. Defaults are GEM's Tinker example on GuessTheNumber."""
 
     # model and LoRA
-    model_name: str = chz.field(default="Qwen/Qwen3-4B-Instruct-2507", doc="base model (Tinker name, local preset or folder)")
+    model_name: str = chz.field(default=QWEN3_4B_INSTRUCT, doc="base model (Tinker name, local preset or folder)")
     lora_rank: int = chz.field(default=8, validator=_positive)
     learning_rate: float = chz.field(default=4e-5, validator=_positive)
     lr_schedule: str = chz.field(
@@ -304,7 +305,7 @@ class Config:
 # The default local setup: sized so that a 2-core laptop sees learning within minutes
 # (docs/laptop-recipe.md explains every choice). Real Tinker runs use ``Config()`` as GEM does.
 LAPTOP: dict[str, Any] = dict(
-    model_name="gemlab/tiny",  # 0.4M parameters, pretrained to play sloppily: RL has a skill to sharpen
+    model_name=TINY,  # 0.4M parameters, pretrained to play sloppily: RL has a skill to sharpen
     backend="local",
     learning_rate=2e-3,  # LoRA on a tiny model tolerates (and needs) a much larger step than on a 4B one
     max_tokens=8,  # "\boxed{7}<|im_end|>" is 4 tokens
@@ -319,7 +320,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (research/experiments/smollm2_learning.py measures it over seeds)
     "smollm2": dict(
         LAPTOP,
-        model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+        model_name=SMOLLM2,
         env_id=SUMS_TRAIN,  # 57 of the 121 sums of two numbers 0-10; the other 64 are held out
         eval_env_id=SUMS_TEST,
         eval_every=10,
@@ -343,7 +344,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # distribution, so train/kl_sample_train_* and train/logprob_diff_abs measure that, not rounding
     "smollm2-tool": dict(
         LAPTOP,
-        model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+        model_name=SMOLLM2,
         env_id=PRODUCTS_TRAIN,
         eval_env_id=PRODUCTS_TEST,
         env_wrappers="python_tool_sandboxed",
@@ -372,7 +373,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     # earlier hints; the warm-up shows the format with GEM's random player, no strategy
     "smollm2-guess": dict(
         LAPTOP,
-        model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+        model_name=SMOLLM2,
         env_id=GUESS_EASY,
         eval_env_id=GUESS_EASY,
         env_wrappers="",  # each turn sends only the game's reply; chat_turns keeps the history

@@ -1,8 +1,10 @@
-"""The env ids that gemlab's presets and studies name: GEM's own easy GuessTheNumber, and the variants
+"""The env ids that gemlab's presets, studies and tiny models name: GEM's own GuessTheNumber levels, and the variants
 that ``gemlab.env_variants`` registers with GEM (its docstring says what each one is). Names only, with
 no GEM import, so that ``config`` and the studies can name an env without loading one."""
 
 GUESS_EASY = "game:GuessTheNumber-v0-easy"  # GEM's: 1-10 in 4 turns; the default of Config and GEM's example
+GUESS_HARD = "game:GuessTheNumber-v0-hard"  # GEM's: 1-50 in 7 turns
+GUESS_RANDOM = "game:GuessTheNumber-v0-random"  # GEM's: a range and turns drawn per game
 GUESS_20 = "game:GuessTheNumber-v0-1to20"
 GUESS_EASY_WINS = f"{GUESS_EASY}-wins"
 PRODUCTS_1DIGIT = "rg:products-1digit"

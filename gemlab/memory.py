@@ -13,6 +13,7 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
+from gemlab.model_names import SMOLLM2, TINY
 from tinker_emulator.memory import is_out_of_memory
 
 __all__ = ["FREE_MEMORY", "RUN_PEAKS_GB", "is_out_of_memory", "out_of_memory", "run_need", "usable_gb"]
@@ -20,8 +21,8 @@ __all__ = ["FREE_MEMORY", "RUN_PEAKS_GB", "is_out_of_memory", "out_of_memory", "
 # The peak resident memory of one run from the command line, by base model, as measured (the
 # notebooks' own peaks are in gemlab/notebook_costs.json, beside their times).
 RUN_PEAKS_GB: dict[str, tuple[float, str]] = {
-    "gemlab/tiny": (1.2, "preset=laptop peaked at 1.15 GB, 10 steps and the plots"),
-    "HuggingFaceTB/SmolLM2-135M-Instruct": (3.1, "preset=smollm2 peaked at 2.8-3.1 GB, research/notes/smollm2.md"),
+    TINY: (1.2, "preset=laptop peaked at 1.15 GB, 10 steps and the plots"),
+    SMOLLM2: (3.1, "preset=smollm2 peaked at 2.8-3.1 GB, research/notes/smollm2.md"),
 }
 CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
 FREE_MEMORY = "close other programs (or raise the memory limit)"

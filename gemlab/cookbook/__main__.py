@@ -18,6 +18,9 @@ from chz.blueprint import EntrypointHelpException
 from chz.blueprint._entrypoint import EntrypointException  # the base of chz's argv errors; chz exports only the help one
 from tinker.types import LossFnType
 
+from gemlab.env_ids import GUESS_EASY
+from gemlab.model_names import QWEN3_4B_INSTRUCT
+
 try:
     from gemlab.cookbook.adapter import GemDatasetBuilder, check_gem_options
 except ModuleNotFoundError as missing:  # no cookbook: the adapter's one line says how to install it
@@ -33,12 +36,12 @@ class CLIConfig:
     """The command line's keys (math_rl's, with GEM's env keys)."""
 
     # model
-    model_name: str = "Qwen/Qwen3-4B-Instruct-2507"
+    model_name: str = QWEN3_4B_INSTRUCT
     lora_rank: int = 32
     renderer_name: str | None = None  # None: the model's recommended renderer (or the checkpoint's)
     load_checkpoint_path: str | None = None
     # GEM env
-    env_id: str = "game:GuessTheNumber-v0-easy"
+    env_id: str = GUESS_EASY
     env_wrappers: str = ""  # none: the conversation keeps the history (gemlab/cookbook/adapter.py)
     template: str = "qwen3_game"  # gemlab template whose words wrap the first observation
     seed: int = 0

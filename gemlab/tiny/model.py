@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from gemlab.env_ids import GUESS_EASY, GUESS_HARD, GUESS_RANDOM
 from gemlab.envs import make_envs
 from gemlab.templates import TEMPLATES
 
@@ -59,7 +60,7 @@ def tokenizer_corpus() -> list[str]:
     rng = random.Random(0)
     templates = [template for template in TEMPLATES.values() if template.renders_text]
     texts: list[str] = []
-    for env_id in ("game:GuessTheNumber-v0-easy", "game:GuessTheNumber-v0-hard", "game:GuessTheNumber-v0-random"):
+    for env_id in (GUESS_EASY, GUESS_HARD, GUESS_RANDOM):
         env = make_envs(env_id, 1, seed=0, env_wrappers="concat")[0]
         for _ in range(40):
             obs, _ = env.reset()

@@ -14,7 +14,7 @@ second sets the sloppy mix.
 
 The result plays like its teacher: it wins about 0.45 of easy games, where bisection wins them
 all. That gap is what RL closes. ``python -m gemlab.tiny.pretrain`` rebuilds the shipped weights
-(``assets/tiny/model.safetensors``) deterministically in a few minutes on a CPU.
+(``tinker_emulator/catalogue/tiny/model.safetensors``) deterministically in a few minutes on a CPU.
 
 The same recipe makes the bases of the reproduction studies (``registry.BASES``; ``--base NAME``):
 ``gemlab/tiny-guess20`` on GuessTheNumber 1-20 with 20 turns, and ``gemlab/tiny-products`` and

@@ -1,12 +1,13 @@
-"""The one registry of the tiny model zoo: every ``gemlab/tiny*`` name, what it is, and how it is
-built; each is stored as an ordinary Hugging Face folder under ``assets/``.
+"""The one registry of the tiny model zoo: what each ``gemlab/tiny*`` model is and how it is built;
+each is stored as an ordinary Hugging Face folder in the Tinker emulator's model catalogue
+(``tinker_emulator/catalogue/``), where the emulator loads it by name.
 
-The Tinker emulator (``tinker_emulator``) loads these folders by name through ``assets/models.json``
-(name -> folder, description), which ``write_zoo`` writes from ``TINY_MODELS``: the emulator reads
-data here and imports no code, so it stands alone; the few names its code uses (``TINY``,
-``TINY_CHAT``, ``TINY_RANDOM``) are defined in ``tinker_emulator.models`` and imported here. ``python -m gemlab.tiny`` rewrites
-every folder (after a tokenizer change); ``python -m gemlab.tiny.pretrain`` retrains a base and
-rewrites the folders built from it.
+``write_zoo`` writes the folders and the catalogue's ``models.json`` (name -> folder, description)
+from ``TINY_MODELS``: gemlab writes into the emulator's catalogue and the emulator reads nothing of
+gemlab's, so it stands alone. The names themselves are in ``gemlab.model_names`` (the few the
+emulator's code uses, ``TINY``, ``TINY_CHAT``, ``TINY_RANDOM``, defined in ``tinker_emulator.models``).
+``python -m gemlab.tiny`` rewrites every folder (after a tokenizer change); ``python -m
+gemlab.tiny.pretrain`` retrains a base and rewrites the folders built from it.
 """
 
 from __future__ import annotations
@@ -18,17 +19,13 @@ from pathlib import Path
 
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
+from gemlab.env_ids import GUESS_20, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.model_names import TINY, TINY_CHAT, TINY_GUESS20, TINY_PRODUCTS, TINY_RANDOM, TINY_SUMS
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
-from tinker_emulator.models import TINY, TINY_CHAT, TINY_RANDOM
+from tinker_emulator.models import CATALOGUE_FILE
 
-ZOO = Path(__file__).parent / "assets"
-INDEX_FILE = ZOO / "models.json"  # what tinker_emulator reads: {name: {"folder": ..., "description": ...}}
-
-# The names the emulator's own code uses (its default model, the tiny model) are defined there and
-# imported above; the zoo's other names are defined here, once each.
-TINY_GUESS20 = "gemlab/tiny-guess20"
-TINY_PRODUCTS = "gemlab/tiny-products"
-TINY_SUMS = "gemlab/tiny-sums"
+INDEX_FILE = CATALOGUE_FILE  # what tinker_emulator reads: {name: {"folder": ..., "description": ...}}
+ZOO = INDEX_FILE.parent
 
 
 @dataclass(frozen=True)
@@ -47,7 +44,7 @@ TINY_MODELS: dict[str, TinyModel] = {
     TINY: TinyModel(
         "0.4M-parameter Llama pretrained to play GuessTheNumber sloppily (gemlab/tiny); trains in seconds on a CPU",
         weights_from=TINY,
-        teacher_env="game:GuessTheNumber-v0-easy",
+        teacher_env=GUESS_EASY,
     ),
     TINY_RANDOM: TinyModel("the same model before pretraining: random weights, writes noise"),
     TINY_CHAT: TinyModel(
@@ -58,24 +55,24 @@ TINY_MODELS: dict[str, TinyModel] = {
     TINY_GUESS20: TinyModel(
         "gemlab/tiny pretrained the same way on GuessTheNumber 1-20 with 20 turns (the gamma study's base)",
         weights_from=TINY_GUESS20,
-        teacher_env="game:GuessTheNumber-v0-1to20",
+        teacher_env=GUESS_20,
     ),
     TINY_PRODUCTS: TinyModel(
         "gemlab/tiny pretrained the same way on rg:products with one-digit factors (a single-turn task)",
         weights_from=TINY_PRODUCTS,
-        teacher_env="rg:products-1digit",
+        teacher_env=PRODUCTS_1DIGIT,
     ),
     TINY_SUMS: TinyModel(
         "gemlab/tiny pretrained the same way on rg:basic_arithmetic as sums of two one-digit numbers (a second single-turn task)",
         weights_from=TINY_SUMS,
-        teacher_env="rg:sums-1digit",
+        teacher_env=SUMS_1DIGIT,
     ),
 }
 BASES = [name for name, spec in TINY_MODELS.items() if spec.teacher_env]  # the names pretrain.py trains
 
 
 def folder(name: str) -> Path:
-    """The Hugging Face folder of tiny model ``name`` (``gemlab/tiny-chat`` -> ``assets/tiny-chat``)."""
+    """The Hugging Face folder of tiny model ``name`` (``gemlab/tiny-chat`` -> ``catalogue/tiny-chat``)."""
     return ZOO / name.split("/", 1)[1]
 
 

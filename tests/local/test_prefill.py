@@ -6,7 +6,8 @@ import torch
 
 from tinker_emulator import generation
 from tinker_emulator.generation import Row, generate
-from tinker_emulator.models import TINY, load_model
+from tinker_emulator import TINY
+from tinker_emulator.models import load_model
 from tinker_emulator.prefill import MIN_SHARED_TOKENS, shared_prefix_length
 
 

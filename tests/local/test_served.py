@@ -14,7 +14,8 @@ from fastapi.testclient import TestClient
 
 from tinker_emulator.workshop_server import make_app
 from tinker_emulator.workshop_server.keys import tenant_of
-from tinker_emulator.models import TINY, catalogue
+from tinker_emulator import TINY
+from tinker_emulator.models import catalogue
 from tests.helpers.http_app import NEW_SESSION
 
 KEY, OTHER = "tml-" + "0123456789" * 4, "tml-" + "9876543210" * 4

@@ -13,7 +13,8 @@ from tinker import types
 from tinker_emulator import generation, kv_cache
 from tinker_emulator.futures import SAMPLING, get_worker
 from tinker_emulator.generation import Row, generate
-from tinker_emulator.models import TINY, load_model
+from tinker_emulator import TINY
+from tinker_emulator.models import load_model
 from tinker_emulator.prefill import MIN_SHARED_TOKENS
 from tinker_emulator.turn_cache import BUDGET_ENV, Memory, TurnCache, budget_bytes
 from tests.helpers.local import nudge

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tinker_emulator
 from tinker_emulator.models import catalogue
+from gemlab import model_names
 from gemlab.tiny import registry
 
 TEXT = "<|im_start|>user\nGuess a number between 1 and 10.<|im_end|>\n<|im_start|>assistant\n<think>\\boxed{5}"
@@ -21,7 +22,7 @@ def test_the_catalogue_file_is_the_registry():
     assert index == {
         name: {"folder": registry.folder(name).name, "description": spec.description}
         for name, spec in registry.TINY_MODELS.items()
-    }, "assets/models.json is stale: rewrite it with python -m gemlab.tiny"
+    }, "tinker_emulator/catalogue/models.json is stale: rewrite it with python -m gemlab.tiny"
     assert catalogue() == {name: registry.folder(name) for name in registry.TINY_MODELS}
 
 
@@ -29,16 +30,17 @@ def test_the_emulators_model_names_are_in_the_zoo():
     assert {tinker_emulator.TINY, tinker_emulator.TINY_CHAT, tinker_emulator.TINY_RANDOM} <= set(registry.TINY_MODELS)
 
 
-def test_each_zoo_name_is_written_once_in_the_code():
-    """A model name has one source: across gemlab/ and tinker_emulator/, each ``gemlab/tiny*`` name
-    is assigned to a module-level constant in one place only (the others import it)."""
+def test_each_model_name_is_written_once_in_the_code():
+    """A model name has one source: across gemlab/ and tinker_emulator/, each name of the zoo and of
+    ``gemlab.model_names`` is assigned to a module-level constant in one place only (the others import it)."""
     root = Path(__file__).resolve().parents[2]
+    names = set(registry.TINY_MODELS) | {value for key, value in vars(model_names).items() if key.isupper()}
     where: dict[str, list[str]] = {}
     for path in sorted([*(root / "gemlab").rglob("*.py"), *(root / "tinker_emulator").rglob("*.py")]):
         for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in registry.TINY_MODELS:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in names:
                 where.setdefault(node.value.value, []).append(f"{path.relative_to(root)}:{node.lineno}")
-    assert set(where) == set(registry.TINY_MODELS), where
+    assert set(where) == names, where
     assert {name: places for name, places in where.items() if len(places) > 1} == {}
 
 

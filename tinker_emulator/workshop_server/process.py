@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tinker_emulator.model_names import TINY
+
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds tinker_emulator (and gemlab)
 
 
@@ -76,7 +78,7 @@ def offline_server(*args: str) -> Iterator[tuple[ServerProcess, Path]]:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         hf_home = workdir / "hf"
-        subprocess.run([sys.executable, "-m", "tinker_emulator.workshop_server", "tokenizer", "gemlab/tiny"], check=True,
+        subprocess.run([sys.executable, "-m", "tinker_emulator.workshop_server", "tokenizer", TINY], check=True,
                        capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})  # fmt: skip
         os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
         _hub_reads_environment_again(hf_home)

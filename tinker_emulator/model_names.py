@@ -1,0 +1,8 @@
+"""The model names the emulator's code, docs and users name: the catalogue's tiny models it serves
+by default (``catalogue/``) and SmolLM2. Names only, with no model import: importing them loads
+neither PyTorch nor transformers (``gemlab.model_names`` imports them so; ``models.py`` loads)."""
+
+TINY = "gemlab/tiny"
+TINY_RANDOM = "gemlab/tiny-random"
+TINY_CHAT = "gemlab/tiny-chat"  # the stand-in a Tinker model name runs on by default
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
