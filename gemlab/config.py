@@ -147,9 +147,18 @@ LR_SCHEDULES = ("constant", "linear", "cosine")  # learning_rate over max_steps 
 STALE_BATCHES = ("drop", "resample")  # what sampling ahead does with a batch older than max_staleness
 
 
+def with_default(cls: type, name: str, default: Any) -> Any:
+    """Field ``name`` of chz class ``cls`` with another default (its validators and doc kept): how a
+    subclass changes a shared field's default without declaring the field again."""
+    field = chz.chz_fields(cls)[name]
+    return chz.field(default=default, validator=list(field._validator), doc=field._doc)
+
+
 @chz.chz
-class Config:
-    """Everything that defines a run. Defaults are GEM's Tinker example on GuessTheNumber."""
+class TrainingConfig:
+    """The fields every gemlab trainer shares: the model and its training, checkpoints, where it runs
+    and writes. ``Config`` (GEM's loop) and ``gemlab.atropos.AtroposConfig`` (Atropos environments)
+    extend it, so each field is declared, checked and documented once. Defaults are GEM's Tinker example."""
 
     # model and LoRA
     model_name: str = chz.field(default=QWEN3_4B_INSTRUCT, doc="base model (Tinker name, local preset or folder)")
@@ -168,6 +177,50 @@ class Config:
         default=5, validator=_at_least(0), doc="local checkpoints kept, newest first (0: keep all)"
     )
     seed: int = chz.field(default=0, validator=_in_range(0, MAX_SEED), doc=f"0 to {MAX_SEED}")
+    # returns and advantages (gemlab/returns.py)
+    gamma: float = chz.field(default=0.9, validator=_in_range(0.0, 1.0))
+    advantage: str = chz.field(
+        default="rebn", validator=_one_of(ADVANTAGES), doc="advantage estimator: 'rebn' (GEM's ReBN), 'none' (raw returns), 'center', 'group' or 'grpo' (was `normalization`)"
+    )
+    # how old the data a step trains on may be (gemlab/sampling_ahead.py; Atropos: gemlab/atropos/groups.py)
+    max_staleness: int = chz.field(
+        default=0,
+        validator=_at_least(0),
+        doc="0: GEM's synchronous loop; k: data sampled by weights at most k steps old (the Trainer collects the next batches while a step trains)",
+    )
+    # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
+    loss_fn: str = chz.field(default="importance_sampling", validator=_policy_loss)
+    loss_fn_config: dict[str, float] | None = chz.field(
+        default=None, doc="the loss's settings, e.g. loss_fn_config.clip_low_threshold=0.8 (ppo, cispo)"
+    )
+    num_minibatches: int = chz.field(
+        default=1, validator=_positive, doc="policy updates per batch: one forward_backward + optim_step per minibatch (PPO-style when > 1)"
+    )
+    # where it runs and where it writes
+    backend: str = chz.field(default="auto", validator=_one_of(BACKENDS), doc="'auto': Tinker if TINKER_API_KEY is set")
+    log_dir: str = "runs"
+    run_name: str | None = chz.field(
+        default=None, validator=_run_name, doc="folder under log_dir (default: resolved_run_name, from the model and seed); an existing run resumes"
+    )
+    allow_config_change: bool = chz.field(
+        default=False, doc="resume an existing run even though its config changed (the change is logged)"
+    )
+
+    @chz.validate
+    def _types(self) -> None:
+        """Integers are integers and numbers are finite, from Python as from the command line."""
+        for name, field in chz.chz_fields(self).items():
+            value = getattr(self, name)
+            if not type_matches(value, field.final_type):
+                raise ValueError(f"{name} must be {type_name(field.final_type)}, got {value!r}")
+            if _number(value) and not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+
+
+@chz.chz
+class Config(TrainingConfig):
+    """Everything that defines a run. Defaults are GEM's Tinker example on GuessTheNumber."""
+
     # sampling
     max_tokens: int = chz.field(default=2048, validator=_positive, doc="cap on tokens per action")
     temperature: float = chz.field(default=1.0, validator=_in_range(0.0, 10.0))
@@ -181,29 +234,11 @@ class Config:
     )
     env_wrappers: str = chz.field(default="concat", doc="comma-separated GEM wrapper names")
     template: str = chz.field(default="qwen3_game", validator=_one_of(tuple(TEMPLATES)))
-    # returns and advantages (gemlab/returns.py)
-    gamma: float = chz.field(default=0.9, validator=_in_range(0.0, 1.0))
-    advantage: str = chz.field(
-        default="rebn", validator=_one_of(ADVANTAGES), doc="advantage estimator: 'rebn' (GEM's ReBN), 'none' (raw returns), 'center', 'group' or 'grpo' (was `normalization`)"
-    )
     # sampling ahead of the learner (gemlab/sampling_ahead.py)
-    max_staleness: int = chz.field(
-        default=0,
-        validator=_at_least(0),
-        doc="0: GEM's synchronous loop; k: collect the next batches while a step trains, never more than k steps old",
-    )
     stale_batches: str = chz.field(
         default="drop",
         validator=_one_of(STALE_BATCHES),
         doc="a batch older than max_staleness: 'drop' it, or 'resample' its games with the newest weights (as tinker-cookbook)",
-    )
-    # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
-    loss_fn: str = chz.field(default="importance_sampling", validator=_policy_loss)
-    loss_fn_config: dict[str, float] | None = chz.field(
-        default=None, doc="the loss's settings, e.g. loss_fn_config.clip_low_threshold=0.8 (ppo, cispo)"
-    )
-    num_minibatches: int = chz.field(
-        default=1, validator=_positive, doc="policy updates per batch: one forward_backward + optim_step per minibatch (PPO-style when > 1)"
     )
     # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
     warmup_steps: int = chz.field(default=0, validator=_at_least(0))
@@ -227,26 +262,7 @@ class Config:
     eval_base: bool = chz.field(
         default=True, doc="with eval_every > 0: also evaluate the base model, before the warm-up (SmolLM2 on its 64 held-out sums: 59 s on a loaded 2-core Xeon)"
     )
-    # where it runs and where it writes
-    backend: str = chz.field(default="auto", validator=_one_of(BACKENDS), doc="'auto': Tinker if TINKER_API_KEY is set")
-    log_dir: str = "runs"
-    run_name: str | None = chz.field(
-        default=None, validator=_run_name, doc="folder under log_dir; default <env>-<model>-seed<seed>; an existing run resumes"
-    )
-    allow_config_change: bool = chz.field(
-        default=False, doc="resume an existing run even though its config changed (the change is logged)"
-    )
     wandb_project: str | None = None
-
-    @chz.validate
-    def _types(self) -> None:
-        """Integers are integers and numbers are finite, from Python as from the command line."""
-        for name, field in chz.chz_fields(self).items():
-            value = getattr(self, name)
-            if not type_matches(value, field.final_type):
-                raise ValueError(f"{name} must be {type_name(field.final_type)}, got {value!r}")
-            if _number(value) and not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
 
     @chz.validate
     def _sizes(self) -> None:

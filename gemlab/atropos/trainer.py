@@ -212,7 +212,7 @@ class AtroposTrainer:
         self.history.append(result.metrics)
         self.folder.log(result.metrics)
         self.mid_update = False
-        if self.step_index % self.config.save_every == 0:
+        if self.config.save_every > 0 and self.step_index % self.config.save_every == 0:
             await self.save_checkpoint()
 
     async def save_checkpoint(self) -> str:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+import chz
+
 from gemlab.atropos.config import AtroposConfig, config_from_argv
+from gemlab.config import Config, TrainingConfig
 from gemlab.atropos.groups import Refused, VersionBook, check_group, convert
 from gemlab.openai_endpoint.completions import Choice, Generation
 
@@ -70,3 +73,16 @@ def test_the_command_line_refuses_unknown_keys_and_bad_training_values() -> None
         config_from_argv(["lr=3"])
     with pytest.raises(ValueError, match="loss_fn must be one of"):
         config_from_argv(["loss_fn=mse"])
+
+
+def test_the_training_half_is_declared_once() -> None:
+    """The keys AtroposConfig shares with Config are TrainingConfig's, with its checks and docs (only
+    the defaults may differ): a training field is declared in one place."""
+    atropos, shared = chz.chz_fields(AtroposConfig), chz.chz_fields(TrainingConfig)
+    assert set(atropos) & set(chz.chz_fields(Config)) == set(shared)
+    assert {name: (atropos[name]._validator, atropos[name]._doc) for name in shared} == {
+        name: (field._validator, field._doc) for name, field in shared.items()
+    }
+    assert AtroposConfig(save_every=0).train_config().save_every == 0  # Config's meaning: only at the end and on a stop
+    with pytest.raises(ValueError, match="gamma must be in"):
+        AtroposConfig(gamma=2.0)  # checked by the shared field itself
