@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Hashable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Hashable, NamedTuple, Sequence
 
 import numpy as np
 
-from gemlab.episodes import Episode
+if TYPE_CHECKING:  # annotations only: Config reads ADVANTAGES without loading Tinker's types (torch)
+    from gemlab.episodes import Episode
 
 EPS = 1e-9
 

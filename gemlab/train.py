@@ -19,20 +19,18 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import chz
-import matplotlib
-
-from gemlab.backend import BackendError
-from gemlab.config import config_from_argv, help_text
-from gemlab.eval_curve import describe, eval_points, eval_set_name
-from gemlab.memory import FREE_MEMORY, is_out_of_memory, out_of_memory
-from gemlab.run_folder import os_reason
-from gemlab.trainer import Interrupted, Trainer, TrainingDiverged
+# Only the standard library at the top: --help and a refused argument answer before PyTorch, GEM and
+# the local backend load (each is imported where the work starts), and running out of memory while
+# they load is one line (gemlab.cli.run).
+if TYPE_CHECKING:
+    from gemlab.trainer import Trainer
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    from gemlab.trainer import Interrupted
+
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C stops waiting
     raise Interrupted(signal.Signals(signum).name)
 
@@ -55,6 +53,9 @@ def _silence_teardown() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (module docstring); returns the exit status."""
+    from gemlab.config import config_from_argv, help_text
+
     args = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help", "help") for arg in args):
         print(help_text())
@@ -67,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # bad input: one clear line, no traceback, no files
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
+    if _tinker_model_without_key(config):
+        print(f"gemlab.train: {config.model_name} is a Tinker model: set TINKER_API_KEY for Tinker, or use preset=laptop to train here", file=sys.stderr)
+        return 2
+    from gemlab.backend import BackendError
+    from gemlab.memory import FREE_MEMORY, is_out_of_memory, out_of_memory
+    from gemlab.trainer import Trainer, TrainingDiverged  # PyTorch, GEM, the local backend: the work starts
+
     try:
         trainer = Trainer(config)
     except (ValueError, BackendError) as error:  # bad input: one clear line, no traceback, no files
@@ -115,9 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _tinker_model_without_key(config: Any) -> bool:
+    """GEM's Tinker model (``Config``'s default) with ``backend='auto'`` and no ``TINKER_API_KEY``:
+    a bare ``python -m gemlab.train`` on a machine without a key, which would otherwise end in the
+    local backend's "Unknown model" (``$GEMLAB_LOCAL_MODEL`` or ``backend=local`` say otherwise)."""
+    from gemlab.model_names import QWEN3_4B_INSTRUCT
+
+    stand_in = os.environ.get("GEMLAB_LOCAL_MODEL")
+    return config.backend == "auto" and config.model_name == QWEN3_4B_INSTRUCT and not os.environ.get("TINKER_API_KEY") and not stand_in
+
+
 def failure(error: BaseException) -> str:
     """An exception in one line: an ``OSError``'s reason and file, else its type and message."""
     if isinstance(error, OSError):
+        from gemlab.run_folder import os_reason
+
         return os_reason(error)
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
@@ -126,6 +146,7 @@ def _stop(trainer: Trainer, resume: str, out_of_memory: bool = False) -> str:
     """Save a checkpoint if the trainer's state is consistent, close it, and say what is kept and
     how to go on: resume from the newest checkpoint, or rerun from the start when there is none
     (after ``out_of_memory``, once memory is freed)."""
+    from gemlab.memory import FREE_MEMORY, is_out_of_memory
     last = trainer.checkpoints[-1]["step"] if trainer.checkpoints else None
     kept = f"the checkpoint at step {last} is kept" if last is not None else "no checkpoint was saved"
     go_on = f"resume with: {resume}" if last is not None else f"rerun from the start with: {resume}"
@@ -148,8 +169,12 @@ def _stop(trainer: Trainer, resume: str, out_of_memory: bool = False) -> str:
 
 
 def _plots(trainer: Trainer) -> int:
+    import chz
+    import matplotlib
+
     matplotlib.use("Agg")
     from gemlab import plots
+    from gemlab.eval_curve import describe, eval_points, eval_set_name
 
     config, name = trainer.config, trainer.run_dir.name
     curve = plots.plot_learning_curve(trainer.run_dir, smoothing=5, title=f"{name}: success rate")
@@ -188,7 +213,9 @@ def _contents(run_dir: Path) -> list[str]:
 
 
 if __name__ == "__main__":
-    code = main()
+    from gemlab.cli import run
+
+    code = run("gemlab.train", main)
     if code in (130, 143):
         # Interrupted: the checkpoint is saved and the folder unlocked, but a cancelled sampling batch
         # may still be running on a local-backend worker thread; ending the interpreter around it

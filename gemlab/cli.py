@@ -1,0 +1,55 @@
+"""What every command line shares, in the standard library only: ``run`` answers running out of
+memory in one line, wherever it happens, the loading of PyTorch and GEM included.
+
+Below about 1.25 GB of address space (``ulimit -v``) a run used to die while importing, with a
+traceback of 14-59 lines ending in ``MemoryError`` or ``ImportError: ... failed to map segment from
+shared object``. This module imports nothing that could fail that way, so it can still speak.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from typing import Callable
+
+#: The words an out-of-memory failure carries when it is not a ``MemoryError``: the dynamic loader
+#: (``failed to map segment from shared object``), ``strerror(ENOMEM)``, PyTorch's CPU allocator.
+MEMORY_WORDS = ("failed to map segment", "cannot allocate memory", "can't allocate memory", "out of memory")
+
+
+def ran_out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error`` (or one it was raised from) says memory ran out, as the import of a
+    package or an allocation says it; standard library only."""
+    for _ in range(10):
+        if error is None:
+            return False
+        if isinstance(error, MemoryError) or (isinstance(error, OSError) and error.errno == errno.ENOMEM):
+            return True
+        if isinstance(error, (ImportError, OSError, RuntimeError)) and any(words in str(error).lower() for words in MEMORY_WORDS):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def memory_line(prog: str) -> str:
+    """The one line for running out of memory outside a run's own handling (while loading): what
+    this process may use, when that can still be read, and what to do."""
+    try:
+        from gemlab.memory import FREE_MEMORY, usable_gb
+
+        usable = usable_gb()
+    except Exception:  # psutil (or anything) cannot load without memory either: say less
+        FREE_MEMORY, usable = "close other programs (or raise the memory limit)", None
+    here = f"; this process may use {usable[0]:.1f} GB ({usable[1]})" if usable else ""
+    return f"{prog}: out of memory while loading its packages (PyTorch, GEM and the local backend need about 1.3 GB of address space){here}; {FREE_MEMORY}, then rerun"
+
+
+def run(prog: str, main: Callable[[], int]) -> int:
+    """``main()``'s exit status; running out of memory anywhere in it is one line and status 1."""
+    try:
+        return main()
+    except Exception as error:
+        if not ran_out_of_memory(error):
+            raise
+        print(memory_line(prog), file=sys.stderr)
+        return 1
