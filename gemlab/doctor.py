@@ -1,13 +1,14 @@
 """Pre-flight check for a workshop machine: ``python -m gemlab.doctor [--steps N]``.
 
 Checks the install (Python, every package gemlab requires at the versions it requires, SmolLM2's
-files for notebook 10, a Jupyter kernel; Chromium for the browser tests and ``bwrap`` for the
+files for notebooks 10 and 11, a Jupyter kernel; Chromium for the browser tests and ``bwrap`` for the
 tool-use sandbox, both optional), disk, the memory this process may use against each notebook's
 measured peak, trains a few laptop-preset steps in a temporary folder to measure this machine's
 step time under its current load, predicts how long each notebook takes here, and says whether the
 local backend computes in bfloat16 on this CPU (its matmul rate against float32's, measured).
-Prints one line per problem found; exit status 0 when there is none, 1 otherwise. A busy machine
-(load above its cores) is a warning: its predictions are for that load. Uses only gemlab's public
+Prints one line per problem found; exit status 0 when there is none, 1 otherwise: 1 means something
+must be fixed. A busy machine (load above its cores) and slow steps are warnings naming the load
+average: the predictions are for that load. Uses only gemlab's public
 API, so it checks what a notebook would use.
 """
 
