@@ -44,6 +44,11 @@ def memory_line(prog: str) -> str:
     return f"{prog}: out of memory while loading its packages (PyTorch, GEM and the local backend need about 1.3 GB of address space){here}; {FREE_MEMORY}, then rerun"
 
 
+def duration(seconds: float) -> str:
+    """``45 s`` under 90 seconds, else ``12 min``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
 def run(prog: str, main: Callable[[], int]) -> int:
     """``main()``'s exit status; running out of memory anywhere in it is one line and status 1."""
     try:

@@ -221,6 +221,12 @@ class TrainingConfig:
 class Config(TrainingConfig):
     """Everything that defines a run. Defaults are GEM's Tinker example on GuessTheNumber."""
 
+    # a learner's time (Trainer.run)
+    max_minutes: float | None = chz.field(
+        default=None,
+        validator=_positive,
+        doc="stop run() at a step boundary before this many minutes, judged from the steps (and evaluation) measured so far; rerun to resume (None: no limit)",
+    )
     # sampling
     max_tokens: int = chz.field(default=2048, validator=_positive, doc="cap on tokens per action")
     temperature: float = chz.field(default=1.0, validator=_in_range(0.0, 10.0))
@@ -352,6 +358,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_learning_rate=1e-3,
         warmup_data="own_answers",
         max_steps=60,
+        max_minutes=30,  # a learner's time: 60 steps took 15 minutes of RL on a 2-core CPU; a slower one stops at 30
     ),
     # SmolLM2-135M-Instruct learning to use GEM's python tool on products it cannot do in its head,
     # scored on held-out products: a short label-free warm-up on its own code and what the tool printed
@@ -381,6 +388,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_learning_rate=1e-3,
         warmup_data="own_code",
         max_steps=100,
+        max_minutes=30,  # a learner's time: 100 steps at 165-179 s each (a quiet 2-core Xeon) would take 5 hours
     ),
     # SmolLM2-135M-Instruct learning GEM's GuessTheNumber-easy (1-10 in 4 turns) by RL, scored on 64
     # fixed games against GEM's random player on the same games (gemlab.evaluate.random_play: 0.34).
@@ -407,6 +415,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_data="scripted",
         eval_every=4,
         max_steps=100,
+        max_minutes=30,  # a learner's time on a 2-core laptop (research/notes/game.md ran its seeds for 30 minutes)
     ),
 }
 

@@ -33,6 +33,7 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
+from gemlab.cli import duration as minutes
 from gemlab.memory import usable_gb
 
 #: The unit of the notebooks' costs: one laptop-preset step (128 transitions, gemlab/tiny, LoRA rank 8)
@@ -97,6 +98,29 @@ def notebook_costs(notebooks: Path = NOTEBOOKS, measured_file: Path = MEASURED_F
             source += f"; its sizes changed since ({'; '.join(changed)}), remeasure: python benchmarks/calibrate_doctor.py {name}"
         costs[name] = (record["steps"], fixed, source)
     return costs, [name for name in names if name not in measured]
+
+
+#: The fields that set a laptop step's time: a run that keeps the laptop preset's is estimated from the calibration.
+LAPTOP_STEP_FIELDS = ("model_name", "backend", "env_id", "env_wrappers", "template", "batch_size", "num_env", "group_size",
+                      "max_tokens", "lora_rank", "num_minibatches", "max_staleness", "warmup_steps", "eval_every")  # fmt: skip
+
+
+def laptop_step_estimate(config: Any, measured_file: Path = MEASURED_FILE) -> tuple[float, str] | None:
+    """Seconds per step of ``config`` from the doctor's calibration, and where the figure comes from,
+    when ``config`` steps as the laptop preset does (``LAPTOP_STEP_FIELDS``): the median of the laptop
+    steps ``benchmarks/calibrate_doctor.py`` measured around the notebooks. None for any other run."""
+    from gemlab.config import make_config
+
+    laptop = make_config("laptop")
+    if any(getattr(config, name) != getattr(laptop, name) for name in LAPTOP_STEP_FIELDS):
+        return None
+    records = read_measurements(measured_file).values()
+    times = [step_s for record in records for step_s in record["step_s"]]
+    if not times:
+        return None
+    loads = [record["load"] for record in records]
+    where = f"the median laptop step of the doctor's calibration, {len(times)} measured at load {min(loads):g}-{max(loads):g} on 2 cores"
+    return statistics.median(times), where
 
 
 def memory_needs(measured_file: Path = MEASURED_FILE) -> dict[str, float]:
@@ -324,8 +348,6 @@ def predict(step_s: float) -> dict[str, float]:
     return {name: steps * step_s + fixed * step_s / REFERENCE_STEP_S for name, (steps, fixed, _) in NOTEBOOK_COSTS.items()}
 
 
-def minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,7 +68,7 @@ WRITTEN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, WARMUP_FILE, MARKE
 
 # Fields that may differ on resume without changing what is being trained.
 RESUMABLE_FIELDS = frozenset(
-    {"max_steps", "save_every", "keep_checkpoints", "log_dir", "run_name", "wandb_project", "allow_config_change"}
+    {"max_steps", "max_minutes", "save_every", "keep_checkpoints", "log_dir", "run_name", "wandb_project", "allow_config_change"}
     | {"eval_every", "eval_env_id", "eval_games", "eval_base"}  # what is measured during the run, not what is trained
 )
 # Fields whose change makes the saved weights unusable: never accepted on resume.

@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     loss = config.loss_fn + "".join(f" {k}={v}" for k, v in (config.loss_fn_config or {}).items())
     print(f"run folder: {trainer.run_dir} | loss: {loss}")
+    print(estimate(config, trainer.step_index))
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     try:
@@ -121,6 +122,21 @@ def main(argv: list[str] | None = None) -> int:
         _silence_teardown()
         print(f"\ngemlab.train: SIGINT while drawing the plots; the run is complete in {trainer.run_dir}", file=sys.stderr)
         return 130
+
+
+def estimate(config: Any, done: int) -> str:
+    """The run's duration before it starts: the steps left times the calibrated laptop step
+    (``gemlab.doctor.laptop_step_estimate``) where the run steps as the laptop preset does; else a
+    promise of the estimate after the first step, which the Trainer prints at that step's pace."""
+    from gemlab.doctor import laptop_step_estimate, minutes
+
+    left = config.max_steps - done
+    limit = f"; max_minutes={config.max_minutes:g} stops it sooner if need be" if config.max_minutes else ""
+    calibrated = laptop_step_estimate(config)
+    if calibrated is None:
+        return f"estimated time: said after the first step, at its pace ({left} steps to go){limit}"
+    step_s, where = calibrated
+    return f"estimated time: about {minutes(left * step_s)} ({left} steps x {step_s:.1f} s, {where}; python -m gemlab.doctor times this machine){limit}"
 
 
 def _tinker_model_without_key(config: Any) -> bool:

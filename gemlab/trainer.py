@@ -28,17 +28,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import statistics
 import sys
 import threading
 import time
 import warnings
 from concurrent.futures import Future
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 import chz
 from tqdm import tqdm
 
 from gemlab.backend import get_service_client, resolve_backend, served_models
+from gemlab.cli import duration
 from gemlab.config import Config
 from gemlab.envs import check_env_id, make_envs, wrapper_names
 from gemlab.episodes import RolloutBatch, Transition
@@ -152,10 +154,19 @@ class _LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+#: The metric set to 1 in the row of the step after which ``max_minutes`` stopped ``run()``.
+STOPPED_FOR_TIME = "time/stopped_by_max_minutes"
+#: An evaluation's measured seconds, in the rows that hold one (after a step; of the base; after the warm-up).
+EVAL_TIMES = ("time/eval", "time/eval_base", "time/eval_warmup")
+
+
 class Trainer:
     """One training run. ``step()`` (or ``await astep()``) does one policy-gradient step and returns
-    its metrics; ``run()`` goes to ``max_steps``. A run whose folder holds a checkpoint resumes from
-    it. ``with Trainer(config) as trainer:`` closes it at the end."""
+    its metrics; ``run()`` goes to ``max_steps`` (or stops sooner for ``max_minutes``). A run whose
+    folder holds a checkpoint resumes from it. ``with Trainer(config) as trainer:`` closes it at the end."""
+
+    #: The clock ``max_minutes`` is judged by (a test gives it a fake one).
+    clock: Callable[[], float] = staticmethod(time.monotonic)
 
     def __init__(self, config: Config, *, service_client: Any = None, progress: bool = True) -> None:
         check_env_id(config.env_id)  # bad input fails here, before anything is created
@@ -185,6 +196,11 @@ class Trainer:
         self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
         self._wandb = None
         self._closed = False
+        self._budget_start: float | None = None  # run()'s start on ``clock``, while it runs with max_minutes
+        self._run_last = config.max_steps  # the step run() goes to
+        self._step_times: list[float] = []  # time/step of each step run() has taken
+        #: Why ``run()`` stopped before its last step for ``max_minutes`` (None: it did not).
+        self.stopped_for_time: str | None = None
         if service_client is None:
             service_client = self._default_service_client()  # a missing Tinker key fails before any file
         check_context(service_client, config)
@@ -275,8 +291,15 @@ class Trainer:
         if self.step_index == 0:
             for fields in self._start_evals.values():
                 result.metrics.update(fields)
-        if self.config.eval_every > 0 and (self.step_index + 1) % self.config.eval_every == 0:  # the weights after this step
+        evaluate = self.config.eval_every > 0 and (self.step_index + 1) % self.config.eval_every == 0
+        if evaluate:  # the weights after this step
             result.metrics.update(await self._evaluate())
+        self._step_times.append(float(result.metrics.get("time/step", 0.0)))
+        self.stopped_for_time = self._out_of_time(result.metrics)
+        if self.stopped_for_time:
+            if self.config.eval_every > 0 and not evaluate:  # the final evaluation, its time kept for it
+                result.metrics.update(await self._evaluate())
+            result.metrics[STOPPED_FOR_TIME] = 1.0
         self.step_index += 1
         self._log(result.metrics)
         self._mid_update = False
@@ -295,15 +318,63 @@ class Trainer:
         self._check_usable()
         last = max_steps if max_steps is not None else self.config.max_steps
         self._stop_requested = False
+        self._run_last, self._step_times, self.stopped_for_time = last, [], None
+        self._budget_start = self.clock() if self.config.max_minutes else None
         bar = tqdm(total=last, initial=min(self.step_index, last), desc="training", unit="step", disable=not self.progress, file=sys.stdout)
-        with bar:  # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle
-            while self.step_index < last and not self._stop_requested:
-                metrics = self.step()
-                bar.set_postfix(train_success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
-                bar.update(1)
+        try:
+            with bar:  # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle
+                while self.step_index < last and not self._stop_requested and not self.stopped_for_time:
+                    metrics = self.step()
+                    bar.set_postfix(train_success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
+                    bar.update(1)
+                    if len(self._step_times) == 1 and self.step_index < last and self.progress:
+                        tqdm.write(self.pace(last), file=sys.stdout)
+        finally:
+            self._budget_start = None
+        if self.stopped_for_time and self.progress:
+            tqdm.write(self.stopped_for_time, file=sys.stdout)
         self._loop.run(self.sampler.close())
         self.save_checkpoint()
         return self.history
+
+    def pace(self, last: int) -> str:
+        """How long the steps up to ``last`` take at the pace of the steps ``run()`` measured (at least
+        one), and the evaluations among them at the newest one's, in one line."""
+        left = last - self.step_index
+        step_s = statistics.mean(self._step_times)
+        evals = sum(1 for step in range(self.step_index + 1, last + 1) if self.config.eval_every > 0 and step % self.config.eval_every == 0)
+        eval_s = self._evaluation_s({}) if evals else 0.0
+        total = left * step_s + evals * eval_s
+        also = f" and {evals} evaluation(s) x {eval_s:.0f} s" if evals else ""
+        limit = f"; max_minutes={self.config.max_minutes:g} stops it sooner" if self.config.max_minutes and total > self.config.max_minutes * 60 else ""
+        return f"about {duration(total)} to go at this step's pace ({left} step{'s' * (left != 1)} x {step_s:.1f} s{also}){limit}"
+
+    def _evaluation_s(self, metrics: dict[str, float]) -> float:
+        """The newest measured evaluation's seconds: in ``metrics``, else the run's rows, else 0."""
+        for row in [metrics, *reversed(self.history), *self._start_evals.values()]:
+            for key in EVAL_TIMES:
+                if key in row:
+                    return float(row[key])
+        return 0.0
+
+    def _out_of_time(self, metrics: dict[str, float]) -> str | None:
+        """With ``max_minutes``, after a step (``metrics``, not yet logged): why ``run()`` stops here, when the
+        next step plus the final evaluation (``eval_every`` > 0) would not fit in what is left, judged from
+        the mean ``time/step`` of the steps ``run()`` took and the newest evaluation's time; else None."""
+        if self._budget_start is None or self.config.max_minutes is None:
+            return None
+        if self.step_index + 1 >= self._run_last:
+            return None  # the last step: the run ends here anyway
+        used = self.clock() - self._budget_start
+        step_s = statistics.mean(self._step_times)
+        eval_s = self._evaluation_s(metrics) if self.config.eval_every > 0 else 0.0
+        if used + step_s + eval_s <= self.config.max_minutes * 60:
+            return None
+        evaluation = f" and the final evaluation about {eval_s:.0f} s" if self.config.eval_every > 0 else ""
+        return (
+            f"max_minutes={self.config.max_minutes:g}: stopped after {self.step_index + 1} of {self._run_last} steps, "
+            f"{used / 60:.1f} minutes used (the next step takes about {step_s:.0f} s{evaluation}); run it again to resume"
+        )
 
     def request_stop(self) -> None:
         """Ask ``run()`` to stop after the step in flight (safe from another thread or a widget)."""
