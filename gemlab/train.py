@@ -71,6 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     if _tinker_model_without_key(config):
         print(f"gemlab.train: {config.model_name} is a Tinker model: set TINKER_API_KEY for Tinker, or use preset=laptop to train here", file=sys.stderr)
         return 2
+    from gemlab.envs import check_env_id, wrapper_names  # GEM's registry, without PyTorch: 1 s of CPU, not 3
+
+    try:  # as the Trainer checks them, before it loads the model
+        for env_id in filter(None, (config.env_id, config.eval_env_id)):
+            check_env_id(env_id)
+        wrapper_names(config.env_wrappers)
+    except ValueError as error:
+        print(f"gemlab.train: {error}", file=sys.stderr)
+        return 2
     from gemlab.backend import BackendError
     from gemlab.memory import FREE_MEMORY, is_out_of_memory, out_of_memory
     from gemlab.trainer import Trainer, TrainingDiverged  # PyTorch, GEM, the local backend: the work starts

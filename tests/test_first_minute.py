@@ -18,7 +18,8 @@ from gemlab.model_names import QWEN3_4B_INSTRUCT, TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 # the local backend's package is light to import (its names load on first use); its models and clients are not
-HEAVY = ("torch", "transformers", "peft", "gem", "tinker", "tinker_emulator.models", "tinker_emulator.service_client", "reasoning_gym", "matplotlib", "pandas")
+MODEL = ("torch", "transformers", "peft", "tinker", "tinker_emulator.models", "tinker_emulator.service_client")  # what a model needs
+HEAVY = (*MODEL, "gem", "reasoning_gym", "matplotlib", "pandas")
 
 # (arguments to python -m, how a line of the answer starts, exit status)
 FAST = [
@@ -66,7 +67,8 @@ def test_help_and_refusals_answer_within_2_cpu_seconds(tmp_path: Path, args: lis
 
 @pytest.mark.slow
 def test_help_and_refusals_load_none_of_the_heavy_packages() -> None:
-    """What keeps them fast, said without a clock: none of PyTorch, GEM, the local backend is imported."""
+    """What keeps them fast, said without a clock: none of PyTorch, GEM, the local backend is imported
+    (GEM's registry only where an env id is to be checked: the test below)."""
     probe = (
         "import contextlib, io, sys\n"
         "from gemlab import doctor, train\n"
@@ -84,6 +86,22 @@ def test_help_and_refusals_load_none_of_the_heavy_packages() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_environment(), cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [["env_id=game:Wordle"], ["env_wrappers=concatt"], ["eval_env_id=rg:no-such-task"]])
+def test_an_unknown_env_or_wrapper_is_refused_before_a_model_loads(argv: list[str]) -> None:
+    """GEM's registry is read (1.0 s of CPU on this project's 2-core EPYC), PyTorch and the model never
+    load (3.3 s when the Trainer refused it)."""
+    probe = (
+        "import contextlib, io, sys\n"
+        "from gemlab import train\n"
+        "with contextlib.redirect_stderr(io.StringIO()) as err:\n"
+        f"    code = train.main(['preset=laptop', *{argv!r}])\n"
+        f"print(code, err.getvalue().count(chr(10)), sorted(name for name in {MODEL!r} if name in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_environment(), cwd=ROOT)
+    assert result.stdout.strip() == "2 1 []", result.stdout + result.stderr
 
 
 @pytest.mark.slow
