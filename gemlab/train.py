@@ -71,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     if _tinker_model_without_key(config):
         print(f"gemlab.train: {config.model_name} is a Tinker model: set TINKER_API_KEY for Tinker, or use preset=laptop to train here", file=sys.stderr)
         return 2
+    from gemlab.cli import address_space_short
+    from gemlab.memory import run_need
+
+    short = address_space_short(run_need(config.model_name))
+    if short:
+        print(f"gemlab.train: {short}", file=sys.stderr)
+        return 1
     from gemlab.envs import check_env_id, wrapper_names  # GEM's registry, without PyTorch: 1 s of CPU, not 3
 
     try:  # as the Trainer checks them, before it loads the model

@@ -144,15 +144,22 @@ def _limited(megabytes: int):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("megabytes", [400, 800])
-def test_out_of_memory_while_loading_is_one_line(tmp_path: Path, megabytes: int) -> None:
+def test_an_address_space_too_small_to_load_is_one_line(tmp_path: Path, megabytes: int) -> None:
     """Under an address-space limit (``ulimit -v``) PyTorch or GEM cannot load: it used to end in a
-    14-59-line traceback (``MemoryError``, ``failed to map segment from shared object``)."""
+    14-59-line traceback (``MemoryError``, ``failed to map segment from shared object``), or at 400 MB in
+    PyTorch's C++ abort (the doctor); now both refuse it before loading."""
     argv = [sys.executable, "-m", "gemlab.train", "preset=laptop", "max_steps=1", f"log_dir={tmp_path}"]
     result = subprocess.run(argv, capture_output=True, text=True, env=_environment(), cwd=tmp_path, preexec_fn=_limited(megabytes))
     assert result.returncode == 1, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("gemlab.train: out of memory while loading its packages"), result.stderr
-    assert "close other programs (or raise the memory limit), then rerun" in result.stderr
+    assert result.stderr.startswith(
+        f"gemlab.train: out of memory before loading: this process may use {megabytes * 2**20 / 1e9:.1f} GB of address space (ulimit -v)"
+    ), result.stderr
+    assert "a gemlab/tiny run needs about 1.2 GB" in result.stderr and result.stderr.endswith("; raise the limit, then rerun\n")
+    doctor_argv = [sys.executable, "-m", "gemlab.doctor", "--steps", "1"]
+    doctor = subprocess.run(doctor_argv, capture_output=True, text=True, env=_environment(), cwd=tmp_path, preexec_fn=_limited(megabytes))
+    assert doctor.returncode == 1 and doctor.stderr == "", doctor.stderr
+    assert "problem: out of memory before loading: " in doctor.stdout and "(SmolLM2's files and the laptop steps were not checked)" in doctor.stdout
 
 
 @pytest.mark.parametrize(
@@ -160,6 +167,7 @@ def test_out_of_memory_while_loading_is_one_line(tmp_path: Path, megabytes: int)
     [MemoryError(), OSError(12, "Cannot allocate memory"), ImportError("libtorch_cpu.so: failed to map segment from shared object")],
 )
 def test_the_shapes_of_out_of_memory_while_loading_are_known(error: BaseException) -> None:
+    """What ``python -m`` answers when loading fails above that limit, or under another one (a cgroup)."""
     from gemlab.cli import ran_out_of_memory, run
 
     def failing() -> int:
