@@ -328,7 +328,7 @@ class Trainer:
                     bar.set_postfix(train_success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
                     bar.update(1)
                     if len(self._step_times) == 1 and self.step_index < last and self.progress:
-                        tqdm.write(self.pace(last), file=sys.stdout)
+                        tqdm.write(self._pace(last), file=sys.stdout)
         finally:
             self._budget_start = None
         if self.stopped_for_time and self.progress:
@@ -337,7 +337,7 @@ class Trainer:
         self.save_checkpoint()
         return self.history
 
-    def pace(self, last: int) -> str:
+    def _pace(self, last: int) -> str:
         """How long the steps up to ``last`` take at the pace of the steps ``run()`` measured (at least
         one), and the evaluations among them at the newest one's, in one line."""
         left = last - self.step_index
