@@ -178,3 +178,24 @@ def test_the_shapes_of_out_of_memory_while_loading_are_known(error: BaseExceptio
     assert not ran_out_of_memory(ImportError("No module named 'gem'")) and not ran_out_of_memory(OSError(2, "No such file"))
     with pytest.raises(ImportError):
         run("gemlab.x", lambda: (_ for _ in ()).throw(ImportError("No module named 'gem'")))
+
+
+def test_the_front_page_is_short_with_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 10_000, f"README.md is {len(readme.encode())} bytes"
+    section = readme.split("## Two commands\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert len([line for line in code.splitlines() if line.strip() and not line.lstrip().startswith("#")]) == 2
+
+
+def _markdown(name: str) -> str:
+    import json
+
+    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+    return "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+
+
+def test_notebooks_10_and_11_link_to_each_other_and_00s_map_names_11() -> None:
+    assert "(11_tool_use.ipynb)" in _markdown("10_smollm2")
+    assert "(10_smollm2.ipynb)" in _markdown("11_tool_use")
+    assert "11. [11_tool_use](11_tool_use.ipynb)" in _markdown("00_backends")
