@@ -69,10 +69,19 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """Import ``name`` from its module on first use (and keep it here)."""
-    if name not in _WHERE:
+    """Import ``name`` from its module on first use (and keep it here); a submodule's name imports
+    it, as ``gemlab.trainer`` worked after a bare ``import gemlab`` when this file imported them all."""
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+    elif not name.startswith("_"):
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise  # the submodule exists and lacks a package
+            raise AttributeError(f"module 'gemlab' has no attribute {name!r}") from None
+    else:
         raise AttributeError(f"module 'gemlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
     globals()[name] = value
     return value
 

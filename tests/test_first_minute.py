@@ -118,6 +118,7 @@ def test_import_gemlab_is_cheap_and_every_name_resolves() -> None:
     assert Trainer.__module__ == "gemlab.trainer" and make_config("laptop").model_name == TINY
     with pytest.raises(AttributeError, match="module 'gemlab' has no attribute 'Trainr'"):
         gemlab.Trainr  # noqa: B018 (the attribute access is the test)
+    assert gemlab.plots.__name__ == "gemlab.plots"  # a submodule, as when this package imported them all
 
 
 def test_python_m_gemlab_lists_every_command() -> None:
