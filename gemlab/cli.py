@@ -40,9 +40,9 @@ def ran_out_of_memory(error: BaseException | None) -> bool:
 
 
 def address_space_short(need: str = "") -> str | None:
-    """One line (without the program's name) refusing an address-space limit (``ulimit -v``) under ``LOAD_ADDRESS_SPACE_GB``, which
-    loading PyTorch could not survive (``need``: what the work needs beyond, in words); None when
-    there is no such limit or it is enough."""
+    """One line (without the program's name) refusing an address-space limit (``ulimit -v``) under
+    ``LOAD_ADDRESS_SPACE_GB``, which loading PyTorch could not survive (``need``: what the work needs
+    beyond, in words); None when there is no such limit or it is enough."""
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or soft >= LOAD_ADDRESS_SPACE_GB * 1e9:
         return None
@@ -57,14 +57,15 @@ def memory_line(prog: str) -> str:
     """The one line for running out of memory outside a run's own handling (while loading): what
     this process may use, when that can still be read, and what to do."""
     try:
-        from gemlab.memory import FREE_MEMORY, usable_gb
+        from gemlab.memory import FREE_MEMORY as free
+        from gemlab.memory import usable_gb
 
         usable = usable_gb()
     except Exception:  # psutil (or anything) cannot load without memory either: say less
-        FREE_MEMORY, usable = "close other programs (or raise the memory limit)", None
+        free, usable = "close other programs (or raise the memory limit)", None
     here = f"; this process may use {usable[0]:.1f} GB ({usable[1]})" if usable else ""
     packages = f"PyTorch, GEM and the local backend need about {LOAD_ADDRESS_SPACE_GB} GB of address space"
-    return f"{prog}: out of memory while loading its packages ({packages}){here}; {FREE_MEMORY}, then rerun"
+    return f"{prog}: out of memory while loading its packages ({packages}){here}; {free}, then rerun"
 
 
 def duration(seconds: float) -> str:
