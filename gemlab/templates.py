@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -77,8 +78,12 @@ class Template:
         )
 
     def render(self, observation: str, tokenizer: Tokenizer) -> list[int]:
-        """The prompt as token ids, ready for ``ModelInput.from_ints``."""
-        return list(_encode(tokenizer, self.render_text(observation, tokenizer)))
+        """The prompt as token ids, ready for ``ModelInput.from_ints``. The observation is text:
+        a special token spelled out in it (a tool's output, say) never becomes that token."""
+        if not _control_strings(tokenizer, observation):
+            return list(_encode(tokenizer, self.render_text(observation, tokenizer)))
+        before, _, after = self.render_text(_HOLE, tokenizer).partition(_HOLE)
+        return [*_encode(tokenizer, before), *_as_text(tokenizer, observation), *_encode(tokenizer, after)]
 
     def continue_tokens(self, history: list[int], observation: str, tokenizer: Tokenizer) -> list[int]:
         """The next turn's prompt for a template that ``continues``: ``history`` (the last prompt
@@ -91,6 +96,8 @@ class Template:
         end_tokens = list(_encode(tokenizer, end)) if end else []
         closed = bool(end_tokens) and history[-len(end_tokens) :] == end_tokens
         opening = between[len(end) :] if closed else between
+        if _control_strings(tokenizer, observation):
+            return [*history, *_encode(tokenizer, opening), *_as_text(tokenizer, observation), *_encode(tokenizer, after)]
         return list(history) + list(_encode(tokenizer, opening + observation + after))
 
 
@@ -100,6 +107,32 @@ def _encode(tokenizer: Tokenizer, text: str) -> tuple[int, ...]:
     histories recur from step to step, so most prompts were encoded before (the tokenizer runs on
     the event loop, where the sampler waits for it)."""
     return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+
+_HOLE = "\x00observation\x00"
+
+
+def _control_strings(tokenizer: Tokenizer, text: str) -> list[str]:
+    """The tokenizer's special and added tokens (``<|im_end|>``...) that ``text`` spells out."""
+    return [token for token in _added_tokens(tokenizer) if token in text]
+
+
+@functools.lru_cache(maxsize=8)
+def _added_tokens(tokenizer: Tokenizer) -> tuple[str, ...]:
+    added = set(getattr(tokenizer, "all_special_tokens", [])) | set(getattr(tokenizer, "get_added_vocab", dict)())
+    return tuple(sorted(filter(None, added), key=len, reverse=True))
+
+
+def _as_text(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``text``'s token ids with every special or added token it spells out encoded as the
+    characters it is made of (one at a time, so that no merge rebuilds it), never as itself."""
+    pattern = re.compile("(" + "|".join(map(re.escape, _added_tokens(tokenizer))) + ")")
+    ids: list[int] = []
+    for index, piece in enumerate(pattern.split(text)):
+        pieces = list(piece) if index % 2 else [piece] if piece else []
+        for part in pieces:
+            ids += tokenizer.encode(part, add_special_tokens=False)
+    return ids
 
 
 @functools.lru_cache(maxsize=8)
