@@ -8,8 +8,10 @@ it once per step, which is what makes a resumed run replay the same games).
 from __future__ import annotations
 
 import difflib
+import importlib
 import logging
 import random
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,20 @@ import gem  # noqa: E402
 from gem.envs.registration import ENV_REGISTRY  # noqa: E402
 
 from gemlab.env_variants import register_variants  # noqa: E402
-from gemlab.tool_sandbox import register_wrapper  # noqa: E402
 
 logging.getLogger().handlers[:] = _root_handlers
 logging.getLogger().setLevel(_root_level)
 
 register_variants()
-register_wrapper()  # env_wrappers="python_tool_sandboxed": GEM's python tool, its code run sandboxed
+
+#: Wrappers a role of gemlab provides (name -> its module), imported on first use, which registers
+#: them with GEM: the pipeline names them without importing the role, as gemlab/__init__ names its
+#: lazy attributes.
+ROLE_WRAPPERS = {"python_tool_sandboxed": "gemlab.tool_sandbox"}
+#: What a wrapper needs checked before any work (name -> a function raising one line when the
+#: wrapper cannot work here): gemlab.tool_sandbox adds the sandboxed python tool's preflight.
+WRAPPER_CHECKS: dict[str, Callable[[], None]] = {}
+
 
 def known_env_ids() -> list[str]:
     """Every env id registered with GEM (games, reasoning-gym, math, qa, code, ...)."""
@@ -72,9 +81,14 @@ def wrapper_names(env_wrappers: str) -> list[str]:
     from gem.wrappers.wrapper_factory import WRAPPER_FACTORY
 
     names = [name.strip() for name in env_wrappers.split(",") if name.strip()]
+    for name in names:
+        if name in ROLE_WRAPPERS and name not in WRAPPER_FACTORY:
+            importlib.import_module(ROLE_WRAPPERS[name])
     unknown = [name for name in names if name not in WRAPPER_FACTORY]
     if unknown:
-        raise ValueError(f"Unknown GEM wrapper(s) {', '.join(map(repr, unknown))}. Known: {', '.join(WRAPPER_FACTORY)}")
+        raise ValueError(f"Unknown GEM wrapper(s) {', '.join(map(repr, unknown))}. Known: {', '.join(dict.fromkeys([*WRAPPER_FACTORY, *ROLE_WRAPPERS]))}")
+    for name in dict.fromkeys(names):
+        WRAPPER_CHECKS.get(name, lambda: None)()
     return names
 
 

@@ -1,14 +1,17 @@
 """GEM's python tool run through gemlab's sandbox, as a hostile model would use it: in each mode
-("none" always; "bwrap" where bubblewrap works here), the code's files, network, processes, output
-and memory stay inside, and nothing of it reaches the trainer. A case the OS cannot enforce in
-"none" mode here is skipped with the reason."""
+("none" always; "bwrap" where bubblewrap works here), the code's files, network, processes, keys,
+output and memory stay inside, and nothing of it reaches the trainer. A case the OS cannot enforce
+in "none" mode here is skipped with the reason."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -18,9 +21,12 @@ import pytest
 
 from gemlab import tool_sandbox
 from gemlab.envs import make_envs
-from gemlab.tool_sandbox import MAX_TIMEOUT, MODE_VARIABLE, describe_sandbox, python_tool_env, sandbox_in_force
+from gemlab.tool_sandbox import MAX_TIMEOUT, MODE_VARIABLE, RUN_BYTES, SandboxError, check_sandbox, describe_sandbox, python_tool_env, sandbox_in_force
 
 TIMEOUT = 2  # for the code that runs until it is stopped
+LINUX = sys.platform.startswith("linux")
+GEM_BWRAP = ["--unshare-all", "--ro-bind", "{prefix}", "/python_env", "--setenv", "PATH", "/python_env/bin:/usr/bin:/bin"]
+GEM_BWRAP += ["--ro-bind", "/lib", "/lib", "--ro-bind", "/lib64", "/lib64", "--ro-bind", "/usr/lib", "/usr/lib", "--proc", "/proc", "--dev", "/dev"]
 
 
 class Question(gem.Env):
@@ -54,6 +60,10 @@ def run_code(code: str, timeout: int = MAX_TIMEOUT) -> str:
     return observation
 
 
+def isolated(mode: str) -> bool:
+    return mode == "bwrap" or tool_sandbox._isolation()[0]
+
+
 def skip_unless(held: bool, mode: str, what: str) -> None:
     if mode == "none" and not held:
         pytest.skip(f"this OS lets the 'none' sandbox enforce no {what} here (no namespaces or Landlock); bwrap does")
@@ -71,10 +81,71 @@ def processes_with(token: str) -> list[int]:
     return found
 
 
+def run_folders() -> set[str]:
+    return {name for name in os.listdir(tempfile.gettempdir()) if "-run-" in name and name.startswith("gemlab-tool-sandbox-")}
+
+
 @pytest.mark.slow
 def test_plain_code_runs_and_the_sandbox_is_named(mode: str) -> None:
     assert run_code("print(123*45)").startswith("Code execution result: 5535\n")
     assert describe_sandbox().startswith(f"python tool sandbox: {mode} ")
+
+
+@pytest.fixture(scope="module")
+def interpreters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A ``python -m venv`` venv, a conda-like one (``--copies``: a real interpreter binary in the
+    prefix) and the base install they come from (the system's Python)."""
+    base = os.path.realpath(sys.executable)
+    folder = tmp_path_factory.mktemp("pythons")
+    for name, options in (("venv", []), ("copies", ["--copies"])):
+        subprocess.run([base, "-m", "venv", "--without-pip", *options, str(folder / name)], check=True, capture_output=True, timeout=120)
+    return {"venv": str(folder / "venv/bin/python"), "copies": str(folder / "copies/bin/python"), "base": base}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="venvs made here, bwrap")
+@pytest.mark.parametrize("kind", ["venv", "copies", "base"])
+def test_the_tool_runs_from_any_python(mode: str, kind: str, interpreters: dict[str, str], tmp_path: Path) -> None:
+    """The supervisor, written for each interpreter, runs GEM's command (``python -c`` under "none";
+    GEM's bwrap command, the prefix at /python_env, under "bwrap")."""
+    interpreter = interpreters[kind]
+    folder = tmp_path / "shim"
+    tool_sandbox._write_shim(folder, tool_sandbox.shim_config(folder, MAX_TIMEOUT, interpreter), interpreter)
+    prefix = subprocess.run([interpreter, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True).stdout.strip()
+    gem_options = [part.format(prefix=prefix) for part in GEM_BWRAP] if mode == "bwrap" else []
+    ran = subprocess.run([str(folder / mode.replace("none", "python")), *gem_options, *(["python"] if gem_options else []), "-c", "print(6*7)"], capture_output=True, timeout=60)
+    assert ran.stdout == b"42\n", ran.stderr.decode()
+
+
+@pytest.mark.slow
+def test_the_preflight_runs_the_tool_as_training_does(mode: str) -> None:
+    check_sandbox()
+
+
+@pytest.fixture
+def broken_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A sandbox whose interpreter cannot start (no system libraries in its root), in a fresh folder."""
+    monkeypatch.setenv(MODE_VARIABLE, "none")
+    monkeypatch.setattr(tool_sandbox, "_checked", set())
+    monkeypatch.setattr(tool_sandbox, "_shim_root", lambda: tmp_path)
+    monkeypatch.setattr(tool_sandbox, "SYSTEM_DIRS", [])
+    monkeypatch.setattr(tool_sandbox, "python_prefixes", lambda interpreter=sys.executable: [])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="breaks the private root")
+def test_a_broken_sandbox_stops_the_run_before_training_in_one_line(broken_sandbox: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    if not tool_sandbox._isolation()[0]:
+        pytest.skip("no private root here to break")
+    with pytest.raises(SandboxError, match=r"sandbox \(none\) cannot run code here: .*sandbox failed.*gemlab.doctor") as raised:
+        check_sandbox()
+    assert "\n" not in str(raised.value)
+    from gemlab.train import main
+
+    assert main(["preset=smollm2-tool", f"log_dir={tmp_path / 'runs'}"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gemlab.train: cannot start, nothing was trained: SandboxError: "), err
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slow
@@ -88,13 +159,13 @@ def test_relative_writes_stay_out_of_the_trainers_folder(mode: str, tmp_path: Pa
     code = "import os\nprint(os.getcwd())\nfor path in ('f', '../f', '../../f'):\n    try:\n        open(path, 'w').write('x')\n    except OSError:\n        pass"
     run_folder = Path(run_code(code).removeprefix("Code execution result: ").splitlines()[0])
     assert sorted(os.listdir(tmp_path)) == ["trainer"] and os.listdir(tmp_path / "trainer") == []
-    if mode == "none":  # bwrap's folder is inside its own throwaway root
+    if not isolated(mode):  # an isolated run's folder is a tmpfs in its own mount namespace
         assert run_folder.is_relative_to(tempfile.gettempdir()) and not run_folder.exists()
 
 
 @pytest.mark.slow
 def test_absolute_writes_do_not_land(mode: str, tmp_path: Path) -> None:
-    skip_unless(bool(tool_sandbox._landlock_abi()), mode, "file confinement")
+    skip_unless(isolated(mode) or bool(tool_sandbox._landlock_abi()), mode, "file confinement")
     target = tmp_path / "outside"
     target.mkdir()
     observation = run_code(f"open({str(target / 'f')!r}, 'w').write('x')\nprint('wrote')")
@@ -102,8 +173,31 @@ def test_absolute_writes_do_not_land(mode: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_outside_files_are_neither_changed_nor_seen(mode: str, tmp_path: Path) -> None:
+    """chmod, utime, chown and setxattr (which Landlock does not cover), stat and inotify on a file
+    the trainer's user owns."""
+    skip_unless(isolated(mode) or tool_sandbox.confine.supported(), mode, "metadata confinement")
+    target = tmp_path / "mine"
+    target.write_text("x")
+    target.chmod(0o600)
+    os.utime(target, (1_000_000, 1_000_000))
+    before = target.stat()
+    calls = [
+        f"o.chmod({str(target)!r}, 0o777)", f"o.utime({str(target)!r}, (0, 0))", f"o.chown({str(target)!r}, 1, 1)",
+        f"o.setxattr({str(target)!r}, 'user.x', b'1')", f"print('size', o.stat({str(target)!r}).st_size)",
+        "print('inotify fd', __import__('ctypes').CDLL(None).inotify_init1(0))",
+    ]
+    code = "o = __import__('os')\n" + "\n".join(f"try:\n    {call}\nexcept OSError as error:\n    print('refused', error)" for call in calls)
+    observation = run_code(code)
+    after = target.stat()
+    assert (after.st_mode, after.st_mtime, after.st_uid) == (before.st_mode, before.st_mtime, before.st_uid)
+    assert os.listxattr(target) == [] and "size" not in observation
+    assert "inotify fd -1" in observation, observation
+
+
+@pytest.mark.slow
 def test_no_network(mode: str) -> None:
-    skip_unless(bool(tool_sandbox._namespaces()) or tool_sandbox._landlock_abi() >= 4, mode, "network cut")
+    skip_unless(isolated(mode) or tool_sandbox._landlock_abi() >= 4, mode, "network cut")
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -116,9 +210,50 @@ def test_no_network(mode: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="a Unix socket path under the trainer's folder")
+def test_no_unix_socket_by_path(mode: str, tmp_path: Path) -> None:
+    """D-Bus, docker.sock and gpg-agent listen on Unix sockets by path; none is reachable."""
+    skip_unless(isolated(mode) or tool_sandbox.confine.supported(), mode, "socket confinement")
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen()
+        listener.setblocking(False)
+        observation = run_code(f"s = __import__('socket').socket(1)\ns.connect({path!r})\nprint('connected')")
+        assert "connected" not in observation and "Error" in observation
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+
+
+@pytest.fixture
+def trainer_key() -> tuple[int, str]:
+    """A key in the trainer's session keyring: its id and its secret."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    secret = uuid.uuid4().hex
+    key = libc.syscall(248, b"user", f"gemlab-test-{secret}".encode(), secret.encode(), len(secret), -3)  # add_key, KEY_SPEC_SESSION_KEYRING
+    if key < 0:
+        pytest.skip(f"no session keyring here (add_key: {os.strerror(ctypes.get_errno())})")
+    yield key, secret
+    libc.syscall(250, 21, key)  # keyctl(KEYCTL_INVALIDATE)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX or os.uname().machine != "x86_64", reason="system call numbers of x86_64")
+def test_the_trainers_keys_are_out_of_reach(mode: str, trainer_key: tuple[int, str]) -> None:
+    skip_unless(tool_sandbox.confine.supported(), mode, "keyring isolation")
+    key, secret = trainer_key
+    code = (
+        "c = __import__('ctypes')\nlibc = c.CDLL(None)\nbuffer = c.create_string_buffer(100)\n"
+        f"found = libc.syscall(250, 10, -3, b'user', b'gemlab-test-{secret}', 0)\n"  # KEYCTL_SEARCH
+        f"for key in (found, {key}):\n    size = libc.syscall(250, 11, key, buffer, 100)\n    print('read', size, buffer.value)"  # KEYCTL_READ
+    )
+    observation = run_code(code)
+    assert "read -1" in observation and secret not in observation.replace(f"gemlab-test-{secret}", ""), observation
+
+
+@pytest.mark.slow
 def test_the_trainer_and_its_secrets_are_out_of_reach(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    namespaces = tool_sandbox._namespaces()
-    skip_unless(("--pid" in namespaces and "--mount-proc" in namespaces) or tool_sandbox._landlock_abi() >= 6, mode, "process isolation")
+    skip_unless(isolated(mode) or tool_sandbox._landlock_abi() >= 6, mode, "process isolation")
     monkeypatch.setenv("TINKER_API_KEY", "tml-not-a-real-key")
     pid = os.getpid()
     code = (
@@ -137,11 +272,13 @@ def test_an_endless_loop_is_stopped_at_the_tools_timeout(mode: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds leftover processes through /proc")
-def test_a_fork_bomb_leaves_no_process_behind(mode: str) -> None:
+@pytest.mark.skipif(not LINUX, reason="finds leftover processes through /proc")
+def test_a_fork_bomb_and_a_daemon_leave_no_process_behind(mode: str) -> None:
     if os.getuid() == 0 and not any("pids.max" in limits for _, limits in tool_sandbox._cgroups()):
         pytest.skip("as root without a pids cgroup nothing bounds a fork bomb's count until the timeout: not tried on a shared machine")
     token = uuid.uuid4().hex
+    daemon = f"# {token}\nimport os, time\nif getattr(os, 'fo' + 'rk')() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')"
+    assert "parent done" in run_code(daemon)
     code = f"# {token}\nwhile True:\n    try:\n        __import__('os').fork()\n    except OSError:\n        pass"
     assert "stopped by the sandbox" in run_code(code, TIMEOUT)
     for _ in range(50):  # SIGKILLed processes may take a moment to be reaped; bounded
@@ -149,6 +286,40 @@ def test_a_fork_bomb_leaves_no_process_behind(mode: str) -> None:
             break
         time.sleep(0.1)
     assert processes_with(token) == []
+
+
+FILL_AND_NEST = (
+    "import os\nwritten = 0\nfor index in range(48):\n    try:\n        with open(f'big{index}', 'wb') as file:\n"
+    "            file.write(bytes(16 << 20))\n        written += 16 << 20\n    except OSError:\n        break\n"
+    "for _ in range(1200):\n    os.mkdir('d')\n    os.chdir('d')\nopen('last', 'w').write('x')\nos.chmod('.', 0)\nprint('written', written)"
+)
+
+
+@pytest.mark.slow
+def test_disk_use_is_bounded_and_any_folder_is_removed(mode: str) -> None:
+    """48 files of 16 MiB and 1,200 nested folders, the last one closed: the run holds at most its
+    tmpfs's size, and its removal neither recurses nor leaves anything behind."""
+    before = run_folders()
+    observation = run_code(FILL_AND_NEST)
+    assert "written" in observation and "sandbox failed" not in observation and "recursion" not in observation, observation
+    if isolated(mode):
+        assert int(observation.split("written ")[1].split()[0]) <= RUN_BYTES
+    assert run_folders() <= before
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="the supervisor without namespaces, on Linux")
+def test_a_deep_folder_is_removed_without_namespaces(tmp_path: Path) -> None:
+    """Where the kernel gives no namespaces the run's folder is on disk: removed however deep."""
+    folder = tmp_path / "shim"
+    tool_sandbox._write_shim(folder, tool_sandbox.shim_config(folder, MAX_TIMEOUT, isolated=False), sys.executable)
+    before = run_folders()
+    code = FILL_AND_NEST.replace("range(48)", "range(1)").replace("16 << 20", "1 << 10")
+    if tool_sandbox.confine.supported():  # seccomp refuses chmod here (the user's files are in reach)
+        code = code.replace("os.chmod('.', 0)", "pass")
+    ran = subprocess.run([str(folder / "python"), "-c", code], capture_output=True, timeout=60)
+    assert b"written 1024" in ran.stdout and ran.stderr == b"", ran.stderr
+    assert run_folders() <= before
 
 
 @pytest.mark.slow
@@ -184,6 +355,32 @@ def test_the_wrapper_name_works_through_make_envs(monkeypatch: pytest.MonkeyPatc
     env.reset()
     observation, *_ = env.step("<python>print(6 * 7)</python>")
     assert "Code execution result: 42" in observation
+
+
+@pytest.mark.slow
+def test_tool_steps_run_at_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Two envs' tool steps are inside the sandbox together (each waits at a barrier for the other)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(MODE_VARIABLE, "none")
+    envs = [python_tool_env(Question(), timeout=MAX_TIMEOUT) for _ in range(2)]
+    both_inside = threading.Barrier(2, timeout=60)
+    code = "print(6 * 7)"
+
+    class Waiting(tool_sandbox.SandboxedTool):
+        def step(self, action: str, **kwargs: object) -> tuple:
+            with sandbox_in_force(self.timeout):
+                both_inside.wait()
+                return self.env.step(action, **kwargs)
+
+    observations: list[str] = []
+    threads = [threading.Thread(target=lambda env=env: observations.append(Waiting(env.env, env.timeout).step(f"<python>{code}</python>")[0])) for env in envs]
+    for env in envs:
+        env.reset()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert [observation.startswith("Code execution result: 42\n") for observation in observations] == [True, True]
 
 
 def test_path_changes_only_during_the_step_and_comes_back_on_errors() -> None:

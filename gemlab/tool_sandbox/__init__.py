@@ -3,7 +3,7 @@
 The model's code runs on the learner's own machine, so gemlab wraps GEM's ``ToolEnvWrapper`` and
 ``PythonCodeTool`` (both unmodified) in a step that puts a folder of gemlab's own first on ``PATH``.
 GEM runs ``python -c CODE`` (sandbox "none") or ``bwrap ... python -c CODE`` (sandbox "bwrap") by
-name from a copy of ``os.environ``, so it finds gemlab's supervisor (gemlab/tool_sandbox_supervisor.py)
+name from a copy of ``os.environ``, so it finds gemlab's supervisor (gemlab/tool_sandbox/supervisor.py)
 under either name. ``PATH`` is process-wide: it changes only while a tool step runs, under a lock, and is
 put back on any exception (a thread of the trainer that starts ``python`` during that step meets the
 supervisor too).
@@ -61,18 +61,21 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, SupportsFloat
 
+import gem
 from gem.core import Env, EnvWrapper
 from gem.tools.python_code_tool import PythonCodeTool
 from gem.tools.tool_env_wrapper import ToolEnvWrapper
 from gem.utils.sandbox import DEFAULT_TIMEOUT, run_python
 
-#: The name ``Config.env_wrappers`` knows this wrapper by (registered with GEM by gemlab.envs).
+from gemlab.envs import WRAPPER_CHECKS
+from gemlab.tool_sandbox import confine
+
+#: The name ``Config.env_wrappers`` knows this wrapper by (registered with GEM on import).
 WRAPPER_NAME = "python_tool_sandboxed"
 #: Chooses the mode: unset or ``auto`` (bwrap where it works, else none), ``bwrap``, or ``none``.
 MODE_VARIABLE = "GEMLAB_TOOL_SANDBOX"
@@ -81,40 +84,40 @@ MEMORY_BYTES = 1 << 30
 #: process meets its address-space limit (a MemoryError) before the cgroup's reclaim slows it down.
 RUN_MEMORY_BYTES = 2 * MEMORY_BYTES
 FILE_BYTES = 16 << 20
+#: The run's folder (/tmp inside, a tmpfs in memory) holds at most this much in all.
+RUN_BYTES = 64 << 20
 OUTPUT_BYTES = 2 << 10  # per stream; at most ~4k tokens back into an 8k-token context (SmolLM2's)
 PROCESSES = 64
 #: The longest tool timeout: GEM's ``run_python`` kills a run at its own DEFAULT_TIMEOUT (10 s) whatever
 #: the tool's timeout, and the supervisor needs a moment to start and to clean up before that.
 MAX_TIMEOUT = DEFAULT_TIMEOUT - 2
-#: What Landlock lets the code read and run, besides the Python install.
+#: What the code may read and run, besides the Python install.
 SYSTEM_DIRS = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin"]
-SUPERVISOR = Path(__file__).with_name("tool_sandbox_supervisor.py")
-CONFINE = Path(__file__).with_name("tool_sandbox_confine.py")
-_step_lock = threading.RLock()
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+CONFINE = Path(__file__).with_name("confine.py")
+INSTALL_BWRAP = "Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubblewrap; Arch: pacman -S bubblewrap"
+LINUX = sys.platform.startswith("linux")
 
 
-@functools.cache
-def _namespaces() -> list[str]:
-    """The ``unshare`` prefix that runs here (no network, own process tree), or [] where none does."""
-    unshare = shutil.which("unshare")
-    if not sys.platform.startswith("linux") or unshare is None:
-        return []
-    isolate = ["--net", "--pid", "--fork", "--kill-child"]
-    for user in (["--user", "--map-current-user"], ["--user", "--map-root-user"], []):  # --map-current-user: util-linux 2.38+
-        for proc in (["--mount-proc"], []):  # a container may forbid mounting a /proc of its own
-            prefix = [unshare, *user, *isolate, *proc]
-            try:
-                if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
-                    return prefix
-            except (OSError, subprocess.TimeoutExpired):
-                continue
-    return []
+class SandboxError(RuntimeError):
+    """The sandbox cannot run the tool's code here (the message says why and what to do)."""
+
+
+def python_prefixes(interpreter: str = sys.executable) -> list[str]:
+    """The folders ``interpreter`` reads when it starts: its prefix (a venv's, with pyvenv.cfg) and
+    the base install's, where its binary really is (a venv's ``bin/python`` links there)."""
+    script = "import os, sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.realpath(sys.executable), sep='\\n')"
+    if interpreter == sys.executable:
+        lines = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.realpath(sys.executable)]
+    else:
+        lines = subprocess.run([interpreter, "-c", script], capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+    return sorted({*lines[:4], os.path.dirname(os.path.dirname(lines[4]))})
 
 
 @functools.cache
 def _landlock_abi() -> int:
     """The kernel's Landlock ABI version (0 where it has none)."""
-    if not sys.platform.startswith("linux"):
+    if not LINUX:
         return 0
     libc = ctypes.CDLL(None, use_errno=True)
     return max(0, libc.syscall(ctypes.c_long(444), None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
@@ -159,7 +162,13 @@ def _cgroup_works(parent: str, limits: dict[str, str]) -> bool:
                 trial.rmdir()
                 break
             except OSError:
-                time.sleep(0.01)
+                threading.Event().wait(0.01)
+
+
+def _remove_tree(folder: Path) -> None:
+    """Remove ``folder`` however deep and whatever its permissions (coreutils walk without recursion)."""
+    subprocess.run(["chmod", "-R", "u+rwx", str(folder)], capture_output=True, check=False)
+    subprocess.run(["rm", "-rf", str(folder)], capture_output=True, check=False)
 
 
 @functools.cache
@@ -174,7 +183,7 @@ def _shim_root() -> Path:
         shutil.rmtree(root, ignore_errors=True)
         # what a supervisor killed mid-run (by GEM's own 10 s limit, say) could not remove itself
         for run_folder in root.parent.glob(f"{root.name}-run-*"):
-            shutil.rmtree(run_folder, ignore_errors=True)
+            _remove_tree(run_folder)
         for parent, _ in _cgroups():
             for cgroup in Path(parent).glob(f"{root.name}-*"):
                 try:
@@ -186,64 +195,130 @@ def _shim_root() -> Path:
     return root
 
 
+def _write_shim(folder: Path, config: dict[str, Any], interpreter: str) -> None:
+    """The supervisor as ``folder/python`` (and ``bwrap``) with ``config`` written in, and confine.py."""
+    if any(character.isspace() for character in interpreter) or len(interpreter) > 200:
+        raise SandboxError(f"the python tool's sandbox needs an interpreter path without spaces, under 200 characters: {interpreter!r}")
+    folder.mkdir(mode=0o700)
+    source = SUPERVISOR.read_text()
+    marker = "CONFIG: dict = {}"
+    if source.count(marker) != 1:
+        raise RuntimeError(f"{SUPERVISOR} must hold the line {marker!r} exactly once")
+    (folder / "python").write_text(f"#!{interpreter} -IS\n" + source.replace(marker, f"CONFIG: dict = {config!r}"))
+    (folder / "python").chmod(0o500)
+    shutil.copyfile(CONFINE, folder / "confine.py")
+    (folder / "bwrap").symlink_to("python")
+
+
+def shim_config(folder: Path, timeout: int, interpreter: str = sys.executable, isolated: bool | None = None) -> dict[str, Any]:
+    """The settings of the supervisors in ``folder``: the limits and what this OS allows."""
+    prefixes = python_prefixes(interpreter)
+    if isolated is None:
+        isolated, proc = _isolation(interpreter)
+    else:
+        proc = isolated
+    return {
+        "folder": str(folder), "timeout": timeout, "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
+        "run_bytes": RUN_BYTES, "output_bytes": OUTPUT_BYTES, "processes": PROCESSES, "isolated": isolated, "proc": proc,
+        "landlock": _landlock_abi(), "seccomp": LINUX and confine.supported(), "system_dirs": SYSTEM_DIRS, "prefixes": prefixes,
+        "cgroups": _cgroups(), "prefix": _shim_root().name, "bwrap": shutil.which("bwrap") or "bwrap",
+        "interpreter": interpreter, "tempdir": tempfile.gettempdir(),
+    }
+
+
 @functools.cache
+def _isolation(interpreter: str = sys.executable) -> tuple[bool, bool]:
+    """Whether the supervisor's namespaces and private root (with a /proc of its own, or without
+    one where a container forbids it) run ``print(6*7)`` here; checked once."""
+    if not LINUX or not confine.supported():
+        return False, False
+    for proc in (True, False):
+        folder = Path(tempfile.mkdtemp(dir=_shim_root(), prefix="trial-")) / "shim"
+        config = shim_config(folder, MAX_TIMEOUT, interpreter, isolated=True) | {"proc": proc}
+        _write_shim(folder, config, interpreter)
+        try:
+            ran = subprocess.run([str(folder / "python"), "-c", "print(6*7)"], capture_output=True, timeout=30, cwd=folder)
+            if ran.stdout == b"42\n":
+                return True, proc
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+    return False, False
+
+
+_shim_lock = threading.Lock()
+
+
 def _shim_folder(timeout: int) -> str:
     """The folder put first on PATH for tools of this ``timeout``: the supervisor as ``python`` and
-    ``bwrap``, and ``confine``, each with this folder's settings written in."""
-    interpreter = sys.executable
-    if any(character.isspace() for character in interpreter) or len(interpreter) > 200:
-        raise RuntimeError(f"the python tool's sandbox needs an interpreter path without spaces, under 200 characters: {interpreter!r}")
-    folder = _shim_root() / f"timeout-{timeout}"
-    folder.mkdir()
-    config = {
-        "folder": str(folder), "timeout": timeout, "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
-        "output_bytes": OUTPUT_BYTES, "processes": PROCESSES, "namespaces": _namespaces(), "landlock": _landlock_abi(),
-        "system_dirs": SYSTEM_DIRS, "cgroups": _cgroups(), "prefix": _shim_root().name, "bwrap": shutil.which("bwrap"),
-    }
-    for name, script in (("python", SUPERVISOR), ("confine", CONFINE)):
-        source = script.read_text()
-        marker = "CONFIG: dict = {}"
-        if source.count(marker) != 1:
-            raise RuntimeError(f"{script} must hold the line {marker!r} exactly once")
-        (folder / name).write_text(f"#!{interpreter} -IS\n" + source.replace(marker, f"CONFIG: dict = {config!r}"))
-        (folder / name).chmod(0o500)
-    (folder / "bwrap").symlink_to("python")
-    return str(folder)
+    ``bwrap``, with this folder's settings written in."""
+    with _shim_lock:
+        folder = _shim_root() / f"timeout-{timeout}"
+        if not folder.exists():
+            _write_shim(folder, shim_config(folder, timeout), sys.executable)
+        return str(folder)
+
+
+class _PathGate:
+    """Who holds PATH: the tool steps in flight (any number at once, all of one timeout)."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.timeout: int | None = None
+        self.steps = 0
+        self.before: str | None = None
+
+
+_gate = _PathGate()
 
 
 @contextmanager
 def sandbox_in_force(timeout: int) -> Iterator[None]:
-    """While inside, GEM's python tool finds gemlab's supervisor as ``python`` and ``bwrap``."""
-    with _step_lock:
-        folder = _shim_folder(timeout)
-        before = os.environ.get("PATH")
-        os.environ["PATH"] = os.pathsep.join(filter(None, (folder, before)))
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop("PATH", None)
-            else:
-                os.environ["PATH"] = before
+    """While inside, GEM's python tool finds gemlab's supervisor as ``python`` and ``bwrap``. Steps of
+    the same timeout run at once (PATH is set by the first, put back by the last); one of another
+    timeout waits until they are done."""
+    folder = _shim_folder(timeout)
+    with _gate.changed:
+        while _gate.steps and _gate.timeout != timeout:
+            _gate.changed.wait()
+        if not _gate.steps:
+            _gate.before, _gate.timeout = os.environ.get("PATH"), timeout
+            os.environ["PATH"] = os.pathsep.join(filter(None, (folder, _gate.before)))
+        _gate.steps += 1
+    try:
+        yield
+    finally:
+        with _gate.changed:
+            _gate.steps -= 1
+            if not _gate.steps:
+                if _gate.before is None:
+                    os.environ.pop("PATH", None)
+                else:
+                    os.environ["PATH"] = _gate.before
+                _gate.changed.notify_all()
 
 
 @functools.cache
 def _bwrap_problem() -> str:
     """'' where GEM's bwrap sandbox runs this interpreter here, else why not."""
     if shutil.which("bwrap") is None:
-        return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+        return f"bubblewrap is not installed ({INSTALL_BWRAP})"
     try:
         with sandbox_in_force(MAX_TIMEOUT):
             ran, stdout, stderr = run_python("print(1)", "bwrap")
     except OSError as error:
         return f"bubblewrap could not run GEM's command here: {error}"
     if (ran, stdout) != (True, "1\n"):
-        return f"bubblewrap is installed but GEM's command fails here: {(stderr or stdout).strip().splitlines()[-1:]}"
+        return f"bubblewrap is installed but GEM's command fails here: {_last_line(stderr or stdout)}"
     return ""
 
 
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
 def sandbox_mode() -> str:
-    """``"bwrap"`` where Debian's bubblewrap is installed and runs GEM's command (checked once), else
+    """``"bwrap"`` where bubblewrap is installed and runs GEM's command (checked once), else
     ``"none"``; ``GEMLAB_TOOL_SANDBOX=none`` or ``=bwrap`` forces one."""
     wanted = os.environ.get(MODE_VARIABLE, "auto").strip() or "auto"
     if wanted not in ("auto", "bwrap", "none"):
@@ -257,28 +332,64 @@ def sandbox_mode() -> str:
 
 
 def describe_sandbox() -> str:
-    """One line: which sandbox runs the python tool's code here and what it enforces."""
+    """One line: which sandbox runs the python tool's code here, what it enforces and what not."""
     limits = f"limits: the tool's timeout, {MEMORY_BYTES >> 30} GiB a process, {FILE_BYTES >> 20} MiB a file, {OUTPUT_BYTES >> 10} KiB of output"
     cgroup_files = {name for _, files in _cgroups() for name in files}
-    if "pids.max" in cgroup_files or (sys.platform.startswith("linux") and os.getuid() != 0):
+    if "pids.max" in cgroup_files or (LINUX and os.getuid() != 0):
         limits += f", {PROCESSES} processes"
     if cgroup_files - {"pids.max"}:
         limits += f", {RUN_MEMORY_BYTES >> 30} GiB in all"
+    seccomp = LINUX and confine.supported()
+    common = (["seccomp: no sockets, keys, inotify, mounts, ptrace"] if seccomp else []) + (["an empty session keyring"] if LINUX else [])
     if sandbox_mode() == "bwrap":
-        return f"python tool sandbox: bwrap (bubblewrap: no network, sees only the Python install and system libraries, read-only; dies with the trainer); {limits}"
-    held = ["GEM's import blocklist", "a temp folder outside your files"]
-    if _namespaces():
-        held.append("no network and its own processes (namespaces)")
+        held = ["no network, sees only the Python install and system libraries, read-only", f"a {RUN_BYTES >> 20} MiB tmpfs as /tmp", *common]
+        return f"python tool sandbox: bwrap ({'; '.join(held)}; dies with the trainer); {limits}"
+    why = _bwrap_problem() if os.environ.get(MODE_VARIABLE, "auto") != "none" else f"{MODE_VARIABLE}=none"
+    if _isolation()[0]:
+        held = ["namespaces: no network, its own processes, sees only the Python install and system folders, read-only", f"a {RUN_BYTES >> 20} MiB tmpfs as its folder", *common]
+        return f"python tool sandbox: none ({why}); {'; '.join(held)}; {limits}"
+    held = ["GEM's import blocklist", "a temp folder outside your files", *common]
     if _landlock_abi():
         held.append("writes only in its folder, reads only Python and /usr (Landlock)")
-    missing = [] if _landlock_abi() else ["can read and write your files by absolute path"]
-    if not _namespaces() and _landlock_abi() < 4:
+    missing = ["can read your files by absolute path" if _landlock_abi() else "can read and write your files by absolute path"]
+    if _landlock_abi() < 4 and not seccomp:
         missing.append("has network")
-    if "--pid" not in _namespaces() and _landlock_abi() < 6:
+    if _landlock_abi() < 6:
         missing.append("can signal your processes")
-    why = _bwrap_problem() if os.environ.get(MODE_VARIABLE, "auto") != "none" else f"{MODE_VARIABLE}=none"
-    line = f"python tool sandbox: none ({why}); {', '.join(held)}; {limits}"
-    return line + (f"; NOT held: {', '.join(missing)}" if missing else "")
+    if not LINUX:
+        missing.append("only the limits, the temp folder, the timeout and the output cap hold (no namespaces, Landlock or seccomp on macOS)")
+    return f"python tool sandbox: none ({why}); {'; '.join(held)}; {limits}; NOT held: {', '.join(missing)}"
+
+
+class _Question(gem.Env):
+    """The preflight's env: one question; an answer without code ends it."""
+
+    def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return "What is 6 * 7?", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "", 0.0, True, False, {}
+
+
+_checked: set[str] = set()
+
+
+def check_sandbox() -> None:
+    """Run ``print(6*7)`` through the sandboxed tool exactly as training does (checked once per mode
+    and process); raise ``SandboxError`` with one line saying why and what to do unless it prints 42."""
+    mode = sandbox_mode()
+    if mode in _checked:
+        return
+    env = python_tool_env(_Question(), timeout=MAX_TIMEOUT)
+    env.reset()
+    observation = str(env.step("```python\nprint(6*7)\n```")[0])
+    if not observation.startswith("Code execution result: 42\n"):
+        result = observation.removeprefix("Code execution result: ").split("\n\nReached the maximum")[0]
+        raise SandboxError(
+            f"the python tool's sandbox ({mode}) cannot run code here: {_last_line(result)}; nothing was trained on it. "
+            f"See `python -m gemlab.doctor`; install bubblewrap ({INSTALL_BWRAP}) or set {MODE_VARIABLE}=none or =bwrap"
+        )
+    _checked.add(mode)
 
 
 class SandboxedTool(EnvWrapper):
@@ -308,7 +419,12 @@ def python_tool_env(env: Env, *, timeout: int = 5, max_tool_uses: int = 1, tool_
 
 
 def register_wrapper() -> None:
-    """Let GEM's wrapper lists (``Config.env_wrappers``) name ``python_tool_sandboxed``."""
+    """Let GEM's wrapper lists (``Config.env_wrappers``) name ``python_tool_sandboxed``, checked by
+    ``check_sandbox`` before a Trainer (or ``make_envs``) builds anything."""
     from gem.wrappers.wrapper_factory import WRAPPER_FACTORY
 
     WRAPPER_FACTORY.setdefault(WRAPPER_NAME, python_tool_env)
+    WRAPPER_CHECKS.setdefault(WRAPPER_NAME, check_sandbox)
+
+
+register_wrapper()
