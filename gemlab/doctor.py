@@ -251,6 +251,10 @@ def check_jupyter(report: Report) -> None:
     report.ok(f"chromium: {chromium}" if chromium else "chromium: not found (optional: only tests/browser needs it)")
     bwrap = shutil.which("bwrap")
     report.ok(f"bwrap: {bwrap}" if bwrap else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)")
+    from gemlab.envs import WRAPPER_NOTES  # gem loads here, not when the doctor starts
+
+    for note in WRAPPER_NOTES.values():  # which sandbox runs the python tool here, what it holds, how to get bwrap
+        report.ok(note())
 
 
 def slowness(step_s: float, cores: int, load: float) -> str | None:

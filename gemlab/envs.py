@@ -37,6 +37,8 @@ ROLE_WRAPPERS = {"python_tool_sandboxed": "gemlab.tool_sandbox"}
 #: What a wrapper needs checked before any work (name -> a function raising one line when the
 #: wrapper cannot work here): gemlab.tool_sandbox adds the sandboxed python tool's preflight.
 WRAPPER_CHECKS: dict[str, Callable[[], None]] = {}
+#: One line each on what such a wrapper does on this machine (``python -m gemlab.doctor`` prints them).
+WRAPPER_NOTES: dict[str, Callable[[], str]] = {}
 
 
 def known_env_ids() -> list[str]:

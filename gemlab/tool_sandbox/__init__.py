@@ -72,7 +72,7 @@ from gem.tools.python_code_tool import PythonCodeTool
 from gem.tools.tool_env_wrapper import ToolEnvWrapper
 from gem.utils.sandbox import DEFAULT_TIMEOUT, run_python
 
-from gemlab.envs import WRAPPER_CHECKS
+from gemlab.envs import WRAPPER_CHECKS, WRAPPER_NOTES
 from gemlab.tool_sandbox import confine
 
 #: The name ``Config.env_wrappers`` knows this wrapper by (registered with GEM on import).
@@ -425,6 +425,7 @@ def register_wrapper() -> None:
 
     WRAPPER_FACTORY.setdefault(WRAPPER_NAME, python_tool_env)
     WRAPPER_CHECKS.setdefault(WRAPPER_NAME, check_sandbox)
+    WRAPPER_NOTES.setdefault(WRAPPER_NAME, describe_sandbox)
 
 
 register_wrapper()
