@@ -3,48 +3,37 @@
 The model's code runs on the learner's own machine, so gemlab wraps GEM's ``ToolEnvWrapper`` and
 ``PythonCodeTool`` (both unmodified) in a step that puts a folder of gemlab's own first on ``PATH``.
 GEM runs ``python -c CODE`` (sandbox "none") or ``bwrap ... python -c CODE`` (sandbox "bwrap") by
-name from a copy of ``os.environ``, so it finds gemlab's supervisor (gemlab/tool_sandbox/supervisor.py)
-under either name. ``PATH`` is process-wide: it changes only while a tool step runs, under a lock, and is
-put back on any exception (a thread of the trainer that starts ``python`` during that step meets the
-supervisor too).
+name from a copy of ``os.environ``, so it finds gemlab's supervisor (supervisor.py, with confine.py)
+under either name. ``PATH`` is process-wide: the first tool step sets it and the last one in flight
+puts it back (steps of one timeout run at once; one of another timeout waits), and a thread of the
+trainer that starts ``python`` meanwhile meets the supervisor too. docs/tool-sandbox.md has the
+table of what holds in each mode, and the hostile sweep's results.
 
-What holds in both modes (Linux; macOS keeps the limits, the session and the cleanup):
+Both modes (Linux), for every call: the interpreter that runs the trainer (a venv's, a conda env's
+or the system's); rlimits (CPU seconds, 1 GiB of address space a process, 16 MiB a file, 64 open
+files, no core dumps); 64 processes and 2 GiB in all where a pids/memory cgroup can be made (as
+root), else RLIMIT_NPROC; its own session and an empty session keyring; a seccomp filter refusing
+what the code never needs (sockets, keys, inotify/fanotify, mount and namespace calls, ptrace,
+io_uring, bpf, chown and xattrs); the tool's ``timeout`` (1 to 8 s: GEM kills a run at 10 s whatever
+it is); at most 2 KiB of stdout and of stderr (the rest becomes ``[output cut at 2048 bytes]``: it
+goes back into the model's context), as valid UTF-8; at the end every process of the run is killed.
 
-- the code runs in a fresh folder under the system temp dir, never the trainer's folder, removed
-  afterwards; HOME and TMPDIR point there; stdin is /dev/null;
-- rlimits: CPU seconds (timeout + 1), 1 GiB of address space a process, 16 MiB a file, 64 open
-  files, no core dumps; 64 processes at most, by RLIMIT_NPROC where the trainer is not root, and by
-  a pids cgroup where one can be made (usually as root; a memory cgroup beside it bounds the run to
-  2 GiB in all). As root without a cgroup, a fork bomb's count is bounded only by the timeout;
-- the tool's ``timeout`` (1 to 8 s) is enforced: GEM's ``run_python`` does not pass it on and kills
-  a run at 10 s whatever it is (the 2 s left are the supervisor's, to start and clean up). At the
-  timeout, or once stdout or stderr passes 2 KiB (the rest becomes one line ``[output cut at 2048
-  bytes]``: the output goes back into the model's conversation, which must stay within its
-  context), every process of the run is killed: its session, and every process below the
-  supervisor (their subreaper), so none is left behind, a ``setsid`` daemon included;
-- the output reaches GEM as valid UTF-8: GEM decodes it strictly, and a stray byte would raise
-  inside the trainer.
+"bwrap" (bubblewrap installed and able to run GEM's command here): GEM's command (no network, its
+own processes and /proc, only the Python install and system libraries visible, read-only) plus
+``--die-with-parent``, the base install a venv links to, a 64 MiB tmpfs as /tmp under a read-only
+root, and the seccomp filter.
 
-"bwrap" (Debian's bubblewrap installed and able to run GEM's command here): GEM's command
-(``--unshare-all``: no network, its own processes and /proc; only the Python install and system
-libraries visible, read-only; writes land in a throwaway tmpfs, in memory, bounded by the memory
-cgroup where there is one, else only by time) plus ``--die-with-parent``, so the code dies with
-the step even if the trainer is killed. The trainer's files, environment and processes are out of
-sight.
-
-"none" (no working bubblewrap): GEM's string blocklist of imports (easily bypassed, e.g.
-``__import__('os')``), plus what the OS allows, probed once:
-
-- Linux namespaces (``unshare`` with a user namespace where the kernel allows one): no network,
-  its own processes and /proc, which die with the step;
-- Landlock (Linux 5.13+): writes only in its folder, reads and runs only the Python install and
-  the system folders (/usr, /lib...; not /etc, not the user's files), no TCP connection (6.7+),
-  no signal to a process outside (6.12+).
-
-Without either (macOS, a container that forbids both), the code runs as the trainer's user: it can
-read and write whatever that user can by absolute path, reach the network and signal the user's
-processes; only the limits above hold. Landlock without a network namespace leaves UDP and Unix
-sockets open. ``describe_sandbox()`` says which of these hold here.
+"none" (no working bubblewrap): where the kernel lets a user create namespaces (probed once), the
+supervisor makes new user, pid, network, IPC, UTS and mount namespaces whose root is a read-only
+tmpfs holding only the Python install and the system folders (read-only binds), /dev's harmless
+nodes, its own /proc, and /tmp, a 64 MiB tmpfs that is the run's folder: nothing of the user's files,
+/run, /home or /etc is there, nothing is written to disk, and all of it vanishes with the run's
+first process. Without namespaces: a fresh folder under the system temp dir (removed after,
+however deep), Landlock (Linux 5.13+: writes only there, reads only Python and /usr), the seccomp
+filter (chmod and utime refused too), GEM's import blocklist. macOS has only the rlimits, the temp
+folder, the timeout and the output cap. ``describe_sandbox()`` says which of these hold here;
+``check_sandbox()`` runs ``print(6*7)`` through it before training and stops the run in one line if
+it does not print 42: a sandbox that cannot give what it promises runs nothing.
 
 GEM itself still makes (and removes) an empty ``tmp*`` folder in the trainer's current folder for
 each run (``tempfile.mkdtemp(dir=".")``), as it always does.
