@@ -82,7 +82,7 @@ def processes_with(token: str) -> list[int]:
 
 
 def run_folders() -> set[str]:
-    return {name for name in os.listdir(tempfile.gettempdir()) if "-run-" in name and name.startswith("gemlab-tool-sandbox-")}
+    return {name for name in os.listdir(tempfile.gettempdir()) if "-run-" in name and name.startswith(tool_sandbox.ROOT_PREFIX)}
 
 
 @pytest.mark.slow
@@ -281,11 +281,54 @@ def test_a_fork_bomb_and_a_daemon_leave_no_process_behind(mode: str) -> None:
     assert "parent done" in run_code(daemon)
     code = f"# {token}\nwhile True:\n    try:\n        __import__('os').fork()\n    except OSError:\n        pass"
     assert "stopped by the sandbox" in run_code(code, TIMEOUT)
-    for _ in range(50):  # SIGKILLed processes may take a moment to be reaped; bounded
-        if not processes_with(token):
+    assert gone(token)
+
+
+KILLED_TRAINER = """
+import os, sys
+from gemlab.tool_sandbox import python_tool_env, _Question
+env = python_tool_env(_Question(), timeout=2)
+env.reset()
+print("stepping", flush=True)
+env.step("```python\\n# " + sys.argv[1] + "\\nimport time\\nopen('/tmp/f', 'wb').write(bytes(1 << 20))\\ntime.sleep(60)\\n```")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="finds leftover processes through /proc")
+def test_a_killed_trainer_leaves_nothing_behind(mode: str, tmp_path: Path) -> None:
+    """The trainer SIGKILLed while the code runs: by the tool's timeout at the latest, no process of
+    the run is left, nor a run folder or a cgroup."""
+    token = uuid.uuid4().hex
+    before = run_folders()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER, token], stdout=subprocess.PIPE, env=env, cwd=tmp_path / "trainer")
+    assert trainer.stdout.readline() == b"stepping\n"
+    for _ in range(100):  # until the code runs
+        if processes_with(token):
             break
         time.sleep(0.1)
-    assert processes_with(token) == []
+    trainer.kill()
+    trainer.wait()
+    assert gone(token)
+    for _ in range(100):  # the supervisor removes its cgroups once the code is gone
+        cgroups = [cgroup for parent, _ in tool_sandbox._cgroups() for cgroup in Path(parent).glob("gemlab-tool-sandbox-*")]
+        if not cgroups:
+            break
+        time.sleep(0.1)
+    assert cgroups == [] and run_folders() <= before
+    (root,) = Path(tempfile.gettempdir()).glob(f"{tool_sandbox.ROOT_PREFIX}{trainer.pid}-*")  # its supervisors' scripts
+    tool_sandbox._remove_stale_roots(root.parent)  # what the next trainer's first tool step does
+    assert not root.exists()
+
+
+def gone(token: str) -> bool:
+    """Whether no process holds ``token`` within 10 s (the tool's timeout and the kill)."""
+    for _ in range(100):
+        if not processes_with(token):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 FILL_AND_NEST = (

@@ -160,27 +160,45 @@ def _remove_tree(folder: Path) -> None:
     subprocess.run(["rm", "-rf", str(folder)], capture_output=True, check=False)
 
 
+ROOT_PREFIX = "gemlab-tool-sandbox-"
+
+
+def _remove_root(root: Path) -> None:
+    """A trainer's folder of supervisors, what its supervisors left (run folders a supervisor killed
+    mid-run, by GEM's own 10 s limit say, could not remove) and its empty cgroups."""
+    shutil.rmtree(root, ignore_errors=True)
+    for run_folder in root.parent.glob(f"{root.name}-run-*"):
+        _remove_tree(run_folder)
+    for parent, _ in _cgroups():
+        for cgroup in Path(parent).glob(f"{root.name}-*"):
+            try:
+                cgroup.rmdir()
+            except OSError:
+                pass
+
+
+def _remove_stale_roots(temp: Path) -> None:
+    """Remove the folders of supervisors of this user's trainers that are gone (killed: no atexit)."""
+    for root in temp.glob(f"{ROOT_PREFIX}*"):
+        owner = root.name.removeprefix(ROOT_PREFIX).split("-")[0]
+        try:
+            if "-run-" in root.name or not owner.isdigit() or root.stat().st_uid != os.getuid():
+                continue
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            _remove_root(root)
+        except OSError:  # alive under another user, or gone meanwhile
+            continue
+
+
 @functools.cache
 def _shim_root() -> Path:
-    """gemlab's folder for the supervisors, made once per process under the system temp dir."""
-    root = Path(tempfile.mkdtemp(prefix="gemlab-tool-sandbox-"))
+    """gemlab's folder for the supervisors, made once per process under the system temp dir (the
+    folders of trainers that were killed are removed first)."""
     owner = os.getpid()
-
-    def clean_up() -> None:
-        if os.getpid() != owner:
-            return
-        shutil.rmtree(root, ignore_errors=True)
-        # what a supervisor killed mid-run (by GEM's own 10 s limit, say) could not remove itself
-        for run_folder in root.parent.glob(f"{root.name}-run-*"):
-            _remove_tree(run_folder)
-        for parent, _ in _cgroups():
-            for cgroup in Path(parent).glob(f"{root.name}-*"):
-                try:
-                    cgroup.rmdir()
-                except OSError:
-                    pass
-
-    atexit.register(clean_up)
+    _remove_stale_roots(Path(tempfile.gettempdir()))
+    root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{owner}-"))
+    atexit.register(lambda: os.getpid() == owner and _remove_root(root))
     return root
 
 
