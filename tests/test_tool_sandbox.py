@@ -125,6 +125,8 @@ def test_the_preflight_runs_the_tool_as_training_does(mode: str) -> None:
 @pytest.fixture
 def broken_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A sandbox whose interpreter cannot start (no system libraries in its root), in a fresh folder."""
+    if not tool_sandbox._isolation()[0]:  # probed (and remembered) before anything is broken
+        pytest.skip("no private root here to break")
     monkeypatch.setenv(MODE_VARIABLE, "none")
     monkeypatch.setattr(tool_sandbox, "_checked", set())
     monkeypatch.setattr(tool_sandbox, "_shim_root", lambda: tmp_path)
@@ -135,16 +137,14 @@ def broken_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="breaks the private root")
 def test_a_broken_sandbox_stops_the_run_before_training_in_one_line(broken_sandbox: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    if not tool_sandbox._isolation()[0]:
-        pytest.skip("no private root here to break")
     with pytest.raises(SandboxError, match=r"sandbox \(none\) cannot run code here: .*sandbox failed.*gemlab.doctor") as raised:
         check_sandbox()
     assert "\n" not in str(raised.value)
     from gemlab.train import main
 
-    assert main(["preset=smollm2-tool", f"log_dir={tmp_path / 'runs'}"]) == 1
+    assert main(["preset=smollm2-tool", f"log_dir={tmp_path / 'runs'}"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("gemlab.train: cannot start, nothing was trained: SandboxError: "), err
+    assert err.count("\n") == 1 and err.startswith("gemlab.train: the python tool's sandbox (none) cannot run code here: "), err
     assert not (tmp_path / "runs").exists()
 
 

@@ -88,8 +88,10 @@ INSTALL_BWRAP = "Debian/Ubuntu: apt install bubblewrap; Fedora: dnf install bubb
 LINUX = sys.platform.startswith("linux")
 
 
-class SandboxError(RuntimeError):
-    """The sandbox cannot run the tool's code here (the message says why and what to do)."""
+class SandboxError(ValueError):
+    """The sandbox cannot run the tool's code here (the message says why and what to do). A
+    ``ValueError``, as a missing data set is (``check_env_id``): the setting cannot work on this machine,
+    and every caller that checks settings (the CLI, the lab, the cookbook adapter) says it in one line."""
 
 
 def python_prefixes(interpreter: str = sys.executable) -> list[str]:
@@ -392,10 +394,8 @@ def check_sandbox() -> None:
     observation = str(env.step("```python\nprint(6*7)\n```")[0])
     if not observation.startswith("Code execution result: 42\n"):
         result = observation.removeprefix("Code execution result: ").split("\n\nReached the maximum")[0]
-        raise SandboxError(
-            f"the python tool's sandbox ({mode}) cannot run code here: {_last_line(result)}; nothing was trained on it. "
-            f"See `python -m gemlab.doctor`; install bubblewrap ({INSTALL_BWRAP}) or set {MODE_VARIABLE}=none or =bwrap"
-        )
+        other = f"install bubblewrap ({INSTALL_BWRAP}) and set {MODE_VARIABLE}=bwrap" if mode == "none" else f"set {MODE_VARIABLE}=none"
+        raise SandboxError(f"the python tool's sandbox ({mode}) cannot run code here: {_last_line(result)}; nothing was trained on it. See `python -m gemlab.doctor`; or {other}")
     _checked.add(mode)
 
 
