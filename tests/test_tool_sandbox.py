@@ -94,23 +94,26 @@ def test_plain_code_runs_and_the_sandbox_is_named(mode: str) -> None:
 @pytest.fixture(scope="module")
 def interpreters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A ``python -m venv`` venv, a conda-like one (``--copies``: a real interpreter binary in the
-    prefix) and the base install they come from (the system's Python)."""
+    prefix), the same reached through a link, and the base install they come from (the system's Python)."""
     base = os.path.realpath(sys.executable)
     folder = tmp_path_factory.mktemp("pythons")
     for name, options in (("venv", []), ("copies", ["--copies"])):
         subprocess.run([base, "-m", "venv", "--without-pip", *options, str(folder / name)], check=True, capture_output=True, timeout=120)
-    return {"venv": str(folder / "venv/bin/python"), "copies": str(folder / "copies/bin/python"), "base": base}
+    (folder / "link").symlink_to(folder)  # an env reached through a linked folder (/home -> var/home)
+    return {"venv": str(folder / "venv/bin/python"), "copies": str(folder / "copies/bin/python"), "linked": str(folder / "link/copies/bin/python"), "base": base}
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="venvs made here, bwrap")
-@pytest.mark.parametrize("kind", ["venv", "copies", "base"])
+@pytest.mark.parametrize("kind", ["venv", "copies", "linked", "base"])
 def test_the_tool_runs_from_any_python(mode: str, kind: str, interpreters: dict[str, str], tmp_path: Path) -> None:
     """The supervisor, written for each interpreter, runs GEM's command (``python -c`` under "none";
     GEM's bwrap command, the prefix at /python_env, under "bwrap")."""
     interpreter = interpreters[kind]
     folder = tmp_path / "shim"
-    tool_sandbox._write_shim(folder, tool_sandbox.shim_config(folder, MAX_TIMEOUT, interpreter), interpreter)
+    config = tool_sandbox.shim_config(folder, MAX_TIMEOUT, interpreter)
+    assert config["isolated"] == tool_sandbox._isolation()[0]  # never less confinement for another interpreter
+    tool_sandbox._write_shim(folder, config, interpreter)
     prefix = subprocess.run([interpreter, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True).stdout.strip()
     gem_options = [part.format(prefix=prefix) for part in GEM_BWRAP] if mode == "bwrap" else []
     ran = subprocess.run([str(folder / mode.replace("none", "python")), *gem_options, *(["python"] if gem_options else []), "-c", "print(6*7)"], capture_output=True, timeout=60)

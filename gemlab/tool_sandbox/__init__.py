@@ -241,17 +241,23 @@ def _isolation(interpreter: str = sys.executable) -> tuple[bool, bool]:
     one where a container forbids it) run ``print(6*7)`` here; checked once."""
     if not LINUX or not confine.supported():
         return False, False
+    failure = ""
     for proc in (True, False):
         folder = Path(tempfile.mkdtemp(dir=_shim_root(), prefix="trial-")) / "shim"
         config = shim_config(folder, MAX_TIMEOUT, interpreter, isolated=True) | {"proc": proc}
         _write_shim(folder, config, interpreter)
         try:
             ran = subprocess.run([str(folder / "python"), "-c", "print(6*7)"], capture_output=True, timeout=30, cwd=folder)
-            if ran.stdout == b"42\n":
-                return True, proc
-        except (OSError, subprocess.TimeoutExpired):
+        except (OSError, subprocess.TimeoutExpired) as error:
+            failure = str(error)
             continue
-    return False, False
+        if ran.stdout == b"42\n":
+            return True, proc
+        failure = _last_line(ran.stderr.decode(errors="replace"))
+    probe = f"import sys; sys.path.insert(0, {str(CONFINE.parent)!r}); import confine; confine.namespaces_allowed()"
+    if subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, timeout=30).returncode == 0:
+        raise SandboxError(f"the python tool's sandbox cannot confine code with {interpreter} although this kernel allows namespaces: {failure}")
+    return False, False  # the kernel refuses namespaces: the folder, Landlock and seccomp are what holds
 
 
 _shim_lock = threading.Lock()
@@ -342,6 +348,13 @@ def sandbox_mode() -> str:
 
 def describe_sandbox() -> str:
     """One line: which sandbox runs the python tool's code here, what it enforces and what not."""
+    try:
+        return _describe()
+    except SandboxError as error:
+        return f"python tool sandbox: BROKEN, the tool cannot run here ({error})"
+
+
+def _describe() -> str:
     limits = f"limits: the tool's timeout, {MEMORY_BYTES >> 30} GiB a process, {FILE_BYTES >> 20} MiB a file, {OUTPUT_BYTES >> 10} KiB of output"
     cgroup_files = {name for _, files in _cgroups() for name in files}
     if "pids.max" in cgroup_files or (LINUX and os.getuid() != 0):

@@ -82,6 +82,15 @@ def enter_user_namespace(inside_uid: int) -> None:
             file.write(text)
 
 
+def namespaces_allowed() -> None:
+    """Raise unless this kernel lets this user make the namespaces and mount the tmpfs a private
+    root needs (run in a throwaway process: it changes the caller's namespaces)."""
+    enter_user_namespace(os.geteuid())
+    _check(LIBC.unshare(CLONE_NEWNS), "unshare(mount)")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
+
+
 def _mount(source: "str | None", target: str, kind: "str | None", flags: int, data: "str | None" = None) -> None:
     source_b, kind_b, data_b = (None if text is None else text.encode() for text in (source, kind, data))
     _check(LIBC.mount(source_b, target.encode(), kind_b, ctypes.c_ulong(flags), data_b), f"mount {target}")
@@ -101,14 +110,21 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
     ``files`` (name -> bytes); the current folder becomes /tmp."""
     _check(LIBC.unshare(CLONE_NEWNS), "unshare(mount)")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    sources = {}
+    sources, links = {}, {}
     for path in readable:
-        real = os.path.realpath(path)
+        path, real = os.path.normpath(path), os.path.realpath(path)
         if os.path.exists(real) and real not in sources:
             sources[real] = os.open(real, os.O_PATH | os.O_CLOEXEC)
+        if real != path and real in sources:  # reached through a link (/lib -> usr/lib, /home -> var/home)
+            links[path] = real
     devices = {name: os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC) for name in DEVICES if os.path.exists(f"/dev/{name}")}
     new = "/tmp"  # any folder will do: the tmpfs over it is seen only in this namespace
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    os.makedirs(new + "/tmp")  # first: a Python install under /tmp is bound inside it, not hidden by it
+    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={run_bytes},mode=1777")
+    for name, data in files.items():
+        with open(f"{new}/tmp/{name}", "wb") as file:
+            file.write(data)
     for real, fd in sorted(sources.items()):
         target = new + real
         if os.path.isdir(f"/proc/self/fd/{fd}"):
@@ -119,20 +135,16 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
         _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(target))
         os.close(fd)
-    for path in readable:  # a folder reached through a link (/lib -> usr/lib): the link itself
-        if os.path.islink(path) and not os.path.lexists(new + path) and os.path.isdir(os.path.dirname(new + path) or "/"):
-            os.symlink(os.readlink(path), new + path)
+    for path, real in links.items():
+        if not os.path.lexists(new + path):
+            os.makedirs(os.path.dirname(new + path), exist_ok=True)
+            os.symlink(real, new + path)
     os.makedirs(new + "/dev")
     for name, fd in devices.items():
         open(f"{new}/dev/{name}", "w").close()
         _mount(f"/proc/self/fd/{fd}", f"{new}/dev/{name}", None, MS_BIND)
         os.close(fd)
     os.symlink("/tmp", new + "/dev/shm")  # POSIX semaphores (multiprocessing) live in the run's folder
-    os.makedirs(new + "/tmp")
-    _mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={run_bytes},mode=1777")
-    for name, data in files.items():
-        with open(f"{new}/tmp/{name}", "wb") as file:
-            file.write(data)
     if with_proc:
         os.makedirs(new + "/proc")
         _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
