@@ -293,7 +293,7 @@ from gemlab.tool_sandbox import python_tool_env, _Question
 env = python_tool_env(_Question(), timeout=2)
 env.reset()
 print("stepping", flush=True)
-env.step("```python\\n# " + sys.argv[1] + "\\nimport time\\nopen('/tmp/f', 'wb').write(bytes(1 << 20))\\ntime.sleep(60)\\n```")
+env.step("```python\\n# " + os.environ["TOKEN"] + "\\nimport time\\nopen('/tmp/f', 'wb').write(bytes(1 << 20))\\ntime.sleep(60)\\n```")
 """
 
 
@@ -304,13 +304,15 @@ def test_a_killed_trainer_leaves_nothing_behind(mode: str, tmp_path: Path) -> No
     the run is left, nor a run folder or a cgroup."""
     token = uuid.uuid4().hex
     before = run_folders()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER, token], stdout=subprocess.PIPE, env=env, cwd=tmp_path / "trainer")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TOKEN": token}  # only the code's command line holds it
+    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER], stdout=subprocess.PIPE, env=env, cwd=tmp_path / "trainer")
     assert trainer.stdout.readline() == b"stepping\n"
     for _ in range(100):  # until the code runs
         if processes_with(token):
             break
         time.sleep(0.1)
+    assert processes_with(token)
+    (root,) = Path(tempfile.gettempdir()).glob(f"{tool_sandbox.ROOT_PREFIX}{trainer.pid}-*")  # its supervisors' scripts
     trainer.kill()
     trainer.wait()
     assert gone(token)
@@ -320,7 +322,6 @@ def test_a_killed_trainer_leaves_nothing_behind(mode: str, tmp_path: Path) -> No
             break
         time.sleep(0.1)
     assert cgroups == [] and run_folders() <= before
-    (root,) = Path(tempfile.gettempdir()).glob(f"{tool_sandbox.ROOT_PREFIX}{trainer.pid}-*")  # its supervisors' scripts
     tool_sandbox._remove_stale_roots(root.parent)  # what the next trainer's first tool step does
     assert not root.exists()
 
