@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,7 +154,7 @@ def _cgroup_works(parent: str, limits: dict[str, str]) -> bool:
                 trial.rmdir()
                 break
             except OSError:
-                threading.Event().wait(0.01)
+                time.sleep(0.01)
 
 
 def _remove_tree(folder: Path) -> None:

@@ -76,7 +76,8 @@ def bwrap_command(args: list, seccomp_fd: int) -> list:
     if index >= len(args) or args[index].startswith("-"):
         raise ValueError(f"unexpected bwrap argument {args[index] if index < len(args) else 'end'!r}")
     binds = [part for prefix in CONFIG["prefixes"] for part in ("--ro-bind", prefix, prefix)]
-    ours = ["--die-with-parent", "--new-session", "--seccomp", str(seccomp_fd), "--size", str(CONFIG["run_bytes"]), "--tmpfs", "/tmp"]
+    seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd >= 0 else []
+    ours = ["--die-with-parent", "--new-session", *seccomp, "--size", str(CONFIG["run_bytes"]), "--tmpfs", "/tmp"]
     after = ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--remount-ro", "/"]
     return [CONFIG["bwrap"], *ours, *binds, *args[:index], *after, *args[index:]]
 
@@ -250,10 +251,11 @@ def supervise(args: list, bwrap: bool) -> int:
     program = confine.seccomp_program(metadata=not (bwrap or CONFIG["isolated"])) if LINUX and CONFIG["seccomp"] else b""
     folder, files, seccomp_fd = None, {}, -1
     if bwrap:
-        seccomp_fd, seccomp_w = os.pipe()
-        os.write(seccomp_w, program)
-        os.close(seccomp_w)
-        os.set_inheritable(seccomp_fd, True)
+        if program:
+            seccomp_fd, seccomp_w = os.pipe()
+            os.write(seccomp_w, program)
+            os.close(seccomp_w)
+            os.set_inheritable(seccomp_fd, True)
         command, program = bwrap_command(args, seccomp_fd), b""  # bwrap installs it, after its own setup
         env.update(HOME="/tmp", TMPDIR="/tmp")
     else:
