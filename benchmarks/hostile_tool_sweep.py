@@ -156,6 +156,17 @@ def attacks(folder: Path) -> list[tuple[str, Callable[[], bool]]]:
         finally:
             libc.syscall(250, 21, key)
 
+    def kernel_settings() -> bool:
+        paths = ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger"]
+        return "writable" not in tool(attempt("\n".join(f"o.close(o.open({path!r}, o.O_WRONLY)); print('writable')" for path in paths)))
+
+    def key_descriptions() -> bool:
+        key = libc.syscall(248, b"user", f"gemlab-sweep-{secret}".encode(), b"x", 1, -3)
+        try:
+            return secret not in tool(attempt("print(open('/proc/keys').read())"))
+        finally:
+            libc.syscall(250, 21, key)
+
     def inotify() -> bool:
         return "inotify -1" in tool(attempt("print('inotify', __import__('ctypes').CDLL(None).inotify_init1(0))"))
 
@@ -210,6 +221,8 @@ def attacks(folder: Path) -> list[tuple[str, Callable[[], bool]]]:
         ("chown a user's file", metadata("o.chown({path!r}, 1, 1)", lambda a, b: a.st_uid != b.st_uid)),
         ("setxattr a user's file", metadata("o.setxattr({path!r}, 'user.x', b'1')", lambda a, b: False)),
         ("read the session keyring", keyring),
+        ("the keys' descriptions (/proc/keys)", key_descriptions),
+        ("write a kernel setting (/proc/sys: core_pattern)", kernel_settings),
         ("inotify", inotify),
         ("stat outside files", stat_outside),
         ("fork bomb", fork_bomb),

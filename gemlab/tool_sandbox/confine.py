@@ -54,6 +54,8 @@ CLONE_NEW_ANY = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLON
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 DEVICES = ["null", "zero", "full", "random", "urandom"]
+PROC_READ_ONLY = ["sys", "sysrq-trigger", "irq", "bus", "fs"]
+PROC_HIDDEN = ["keys", "key-users", "kcore", "timer_list", "sched_debug", "latency_stats"]
 
 
 def supported() -> bool:
@@ -148,6 +150,13 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
     if with_proc:
         os.makedirs(new + "/proc")
         _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        for name in PROC_READ_ONLY:  # the kernel's settings (owned by root, which the trainer may be): as bwrap does
+            if os.path.exists(f"{new}/proc/{name}"):
+                _mount(f"{new}/proc/{name}", f"{new}/proc/{name}", None, MS_BIND | MS_REC)
+                _mount(None, f"{new}/proc/{name}", None, MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(f"{new}/proc/{name}"))
+        for name in PROC_HIDDEN:  # what root could read of the machine and of the trainer's keys: as Docker does
+            if os.path.exists(f"{new}/proc/{name}"):
+                _mount(f"{new}/dev/null", f"{new}/proc/{name}", None, MS_BIND)
     os.chdir(new)
     _check(LIBC.syscall(ctypes.c_long(_number("pivot_root", SETUP_CALLS)), b".", b"."), "pivot_root")
     _check(LIBC.umount2(b".", MNT_DETACH), "umount the old root")

@@ -79,6 +79,10 @@ def bwrap_command(args: list, seccomp_fd: int) -> list:
     seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd >= 0 else []
     ours = ["--die-with-parent", "--new-session", *seccomp, "--size", str(CONFIG["run_bytes"]), "--tmpfs", "/tmp"]
     after = ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--remount-ro", "/"]
+    # the kernel's settings, read-only, and what root could read of the machine and of the trainer's
+    # keys, hidden (the code runs as the trainer's uid, which may be root's: bwrap covers /proc/irq only)
+    after += [part for name in confine.PROC_READ_ONLY if os.path.exists(f"/proc/{name}") for part in ("--ro-bind", f"/proc/{name}", f"/proc/{name}")]
+    after += [part for name in confine.PROC_HIDDEN if os.path.exists(f"/proc/{name}") for part in ("--ro-bind", "/dev/null", f"/proc/{name}")]
     return [CONFIG["bwrap"], *ours, *binds, *args[:index], *after, *args[index:]]
 
 
