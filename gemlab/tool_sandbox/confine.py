@@ -149,7 +149,7 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
     os.symlink("/tmp", new + "/dev/shm")  # POSIX semaphores (multiprocessing) live in the run's folder
     if with_proc:
         os.makedirs(new + "/proc")
-        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)  # nothing in it is the code's to change
         for name in PROC_READ_ONLY:  # the kernel's settings (owned by root, which the trainer may be): as bwrap does
             if os.path.exists(f"{new}/proc/{name}"):
                 _mount(f"{new}/proc/{name}", f"{new}/proc/{name}", None, MS_BIND | MS_REC)

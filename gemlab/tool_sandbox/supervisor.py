@@ -83,6 +83,7 @@ def bwrap_command(args: list, seccomp_fd: int) -> list:
     # keys, hidden (the code runs as the trainer's uid, which may be root's: bwrap covers /proc/irq only)
     after += [part for name in confine.PROC_READ_ONLY if os.path.exists(f"/proc/{name}") for part in ("--ro-bind", f"/proc/{name}", f"/proc/{name}")]
     after += [part for name in confine.PROC_HIDDEN if os.path.exists(f"/proc/{name}") for part in ("--ro-bind", "/dev/null", f"/proc/{name}")]
+    after += ["--remount-ro", "/proc"]  # nothing in it is the code's to change
     return [CONFIG["bwrap"], *ours, *binds, *args[:index], *after, *args[index:]]
 
 
