@@ -251,8 +251,9 @@ def check_jupyter(report: Report) -> None:
     report.ok(f"chromium: {chromium}" if chromium else "chromium: not found (optional: only tests/browser needs it)")
     bwrap = shutil.which("bwrap")
     report.ok(f"bwrap: {bwrap}" if bwrap else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)")
-    from gemlab.envs import WRAPPER_NOTES  # gem loads here, not when the doctor starts
+    from gemlab.envs import WRAPPER_NOTES, load_role_wrappers  # gem loads here, not when the doctor starts
 
+    load_role_wrappers()
     for note in WRAPPER_NOTES.values():  # which sandbox runs the python tool here, what it holds, how to get bwrap
         report.ok(note())
 

@@ -11,7 +11,7 @@ import difflib
 import importlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -78,14 +78,19 @@ def check_env_id(env_id: str) -> None:
     raise ValueError(f"Unknown GEM env id {env_id!r}.{hint} See gemlab.envs.known_env_ids() for all of them.")
 
 
+def load_role_wrappers(names: Iterable[str] = ROLE_WRAPPERS) -> None:
+    """Import the roles that provide the wrappers ``names`` (all of them by default), which registers them."""
+    for name in names:
+        if name in ROLE_WRAPPERS:
+            importlib.import_module(ROLE_WRAPPERS[name])
+
+
 def wrapper_names(env_wrappers: str) -> list[str]:
     """Split and check a comma-separated wrapper list such as ``"concat"`` or ``"python_tool,concat"``."""
     from gem.wrappers.wrapper_factory import WRAPPER_FACTORY
 
     names = [name.strip() for name in env_wrappers.split(",") if name.strip()]
-    for name in names:
-        if name in ROLE_WRAPPERS and name not in WRAPPER_FACTORY:
-            importlib.import_module(ROLE_WRAPPERS[name])
+    load_role_wrappers(names)
     unknown = [name for name in names if name not in WRAPPER_FACTORY]
     if unknown:
         raise ValueError(f"Unknown GEM wrapper(s) {', '.join(map(repr, unknown))}. Known: {', '.join(dict.fromkeys([*WRAPPER_FACTORY, *ROLE_WRAPPERS]))}")
