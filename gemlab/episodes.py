@@ -218,6 +218,25 @@ def play_turn(env: Any, observation: str, action: str | Action) -> tuple[Transit
     return transition, next_observation
 
 
+async def _play_turn(env: Any, observation: str, action: str | Action) -> tuple[Transition, str]:
+    """``play_turn``; in a worker thread for an env that asks for it (``steps_in_a_thread``: its step
+    waits on a process, as GEM's sandboxed python tool does), so that the other episodes' steps run
+    meanwhile. Each env is stepped by one episode only, and ``TurnRounds`` orders the requests, so
+    the batches are the same either way."""
+    if getattr(env, "steps_in_a_thread", False) and _in_a_loop():
+        return await asyncio.to_thread(play_turn, env, observation, action)
+    return play_turn(env, observation, action)
+
+
+def _in_a_loop() -> bool:
+    """Whether an event loop runs here (``play_episode_now`` drives the loop without one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 async def play_episode(
     env: Any,
     policy: Policy,
@@ -239,7 +258,7 @@ async def play_episode(
         action = policy(observation)
         if inspect.isawaitable(action):
             action = await action
-        transition, observation = play_turn(env, observation, action)
+        transition, observation = await _play_turn(env, observation, action)
         episode.transitions.append(transition)
         done = transition.done
     return episode

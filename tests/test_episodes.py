@@ -100,6 +100,33 @@ def test_requests_go_out_in_env_order_whatever_the_timing():
     assert orders[0] == orders[1]
 
 
+def test_envs_that_step_in_a_thread_step_at_the_same_time():
+    """An env whose step waits on a process (GEM's sandboxed python tool: ``steps_in_a_thread``) is
+    stepped off the event loop, so the episodes' steps overlap: two steps that each wait for the
+    other meet at a barrier. Stepped one after another, the first waits alone and the barrier breaks."""
+    import threading
+
+    from gemlab.episodes import play_episode
+
+    barrier = threading.Barrier(2, timeout=20)
+
+    class WaitsForTheOther:
+        steps_in_a_thread = True
+
+        def reset(self, seed=None):
+            return "say anything", {}
+
+        def step(self, action):
+            barrier.wait()  # BrokenBarrierError unless the other episode's step runs meanwhile
+            return "done", 1.0, True, False, {}
+
+    async def both():
+        return await asyncio.gather(*(play_episode(WaitsForTheOther(), lambda observation: "hi", env_index=i) for i in range(2)))
+
+    episodes = asyncio.run(both())
+    assert [e.total_reward for e in episodes] == [1.0, 1.0]
+
+
 # ----- the one episode loop, played by other policies -----------------------------------------
 def test_a_text_function_plays_the_same_loop_without_an_event_loop():
     from gemlab.episodes import play_episode_now

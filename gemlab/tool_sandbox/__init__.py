@@ -416,6 +416,10 @@ def check_sandbox() -> None:
 class SandboxedTool(EnvWrapper):
     """Runs the wrapped env's ``step`` (and only it) with gemlab's supervisor on PATH."""
 
+    #: gemlab's episode loop steps this env in a worker thread: a tool call waits on its process,
+    #: and the other episodes' calls run meanwhile (``gemlab.episodes``).
+    steps_in_a_thread = True
+
     def __init__(self, env: Env, timeout: int):
         super().__init__(env)
         self.timeout = timeout
