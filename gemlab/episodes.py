@@ -18,6 +18,7 @@ dropped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import numbers
@@ -136,7 +137,7 @@ class TurnRounds:
             task = asyncio.ensure_future(self._send(request))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
-            task.add_done_callback(lambda task, future=future: _relay(task, future))
+            task.add_done_callback(functools.partial(_relay, future=future))
 
     async def _send(self, request: dict[str, Any]) -> Any:
         for delay in (*self.retry_delays, None):

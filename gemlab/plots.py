@@ -7,7 +7,7 @@ so a notebook can restyle them and a script can save them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, Union
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -108,7 +108,7 @@ def _eval_set(run: Run) -> str:
     return eval_set_name(saved_config(folder)) if (folder / CONFIG_FILE).is_file() else "fixed evaluation set"
 
 
-def _draw_evaluations(ax: plt.Axes, points: list[Point], name: str, color: str, *, first: bool) -> None:
+def _draw_evaluations(ax: plt.Axes, points: list[Point], name: str, color: Any, *, first: bool) -> None:
     """The evaluation curve at the steps taken before each point, with its 95% band; a base-model
     point followed by an after-warm-up one (both at step 0) is drawn apart, as a grey square."""
     warmed_up = any(p.stage == "warmup" for p in points)
@@ -249,7 +249,7 @@ def save_figure(fig_or_ax: plt.Figure | plt.Axes, path: str | Path, dpi: int = 1
     fig = fig_or_ax.figure if isinstance(fig_or_ax, plt.Axes) else fig_or_ax
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")  # type: ignore[union-attr]  # gemlab draws on Figures, not SubFigures
     return path
 
 

@@ -97,6 +97,7 @@ class AsyncRollouts:
         """Batch ``index`` played again by weights at most ``max_staleness`` versions behind ``step``."""
         async with self._published:
             await self._published.wait_for(lambda: self._latest is not None and self._latest[1] >= step - self.max_staleness)
+            assert self._latest is not None  # what wait_for waited for
             client, version = self._latest
         started = time.time()
         batch = await self._collect(index, client)
@@ -133,6 +134,7 @@ class AsyncRollouts:
                     )
                     if self._closing:
                         return
+                    assert self._latest is not None  # what wait_for waited for
                     client, version = self._latest
                 started = time.time()
                 batch = await self._collect(index, client)

@@ -27,6 +27,8 @@ class Tokenizer(Protocol):
 
     def apply_chat_template(self, conversation: list[dict], **kwargs) -> object: ...
 
+    def __hash__(self) -> int: ...  # the encodings are cached per tokenizer (functools.lru_cache)
+
 
 def _qwen3_game(observation: str) -> str:
     return (

@@ -39,13 +39,14 @@ import asyncio
 import random
 import re
 import sys
-from typing import Any, Sequence
+from collections.abc import Awaitable
+from typing import Any, Sequence, cast
 
 from tinker import types
 from tqdm import tqdm
 
 from gemlab.datums import supervised_datum
-from gemlab.episodes import Prompting, end_of_turn_ids, llm_policy, play_episode_now
+from gemlab.episodes import Action, Prompting, end_of_turn_ids, llm_policy, play_episode_now
 from gemlab.seeds import derive_seed
 from gemlab.step import adam_params
 from gemlab.templates import Template, get_template
@@ -116,7 +117,7 @@ async def own_examples(
     async def examples(index: int) -> list[types.Datum]:
         env = envs[index % len(envs)]
         observation, _ = env.reset(seed=derive_seed(seed, index))
-        action = await llm_policy(sampler, asking, seed=derive_seed(seed, index, 1))(observation)
+        action = await cast(Awaitable[Action], llm_policy(sampler, asking, seed=derive_seed(seed, index, 1))(observation))  # async
         target = target_of(tokenizer.decode(action.act_tokens, skip_special_tokens=True))
         if target is None:
             return []

@@ -21,6 +21,7 @@ import asyncio
 import json
 import re
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import zstandard
@@ -118,7 +119,7 @@ def limited_protocol(
     return Limited
 
 
-def request_target(scope: dict[str, Any]) -> bytes:
+def request_target(scope: Mapping[str, Any]) -> bytes:
     """The request target as the client sent it (``/path?q``, or ``http://host/path`` in absolute
     form): httptools keeps only the path in ``raw_path``, so ``limited_protocol`` notes it."""
     return scope.get(TARGET) or scope.get("raw_path") or b""

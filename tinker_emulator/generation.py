@@ -30,6 +30,7 @@ so e.g. 32 coroutines under ``asyncio.gather`` become one ``generate`` call.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -156,9 +157,9 @@ def generate(
         if not keep:
             return results
         if len(keep) < len(live):
-            index = torch.tensor(keep, device=device)
-            cache.reorder_cache(index)
-            tokens, mask, next_position = tokens[index], mask[index], next_position[index]
+            kept = torch.tensor(keep, device=device)
+            cache.reorder_cache(kept)
+            tokens, mask, next_position = tokens[kept], mask[kept], next_position[kept]
             live = [live[j] for j in keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
         out, cache = kv_cache.forward(model, cache, input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None])
@@ -233,7 +234,7 @@ class SampleBatcher:
             if worker is None or worker.on_worker_thread():
                 self._run_requests(requests)
             else:
-                worker.submit(lambda requests=requests: self._run_requests(requests), requests[0].lane)
+                worker.submit(functools.partial(self._run_requests, requests), requests[0].lane)
 
     def _run_requests(self, requests: list[Request]) -> None:
         try:

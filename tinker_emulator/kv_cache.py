@@ -50,7 +50,7 @@ def tensors(cache: Any) -> Pairs:
     return list(zip(cache.key_cache, cache.value_cache))
 
 
-def from_tensors(model: Any, pairs: Pairs, kind: type = DynamicCache) -> Any:
+def from_tensors(model: Any, pairs: Pairs, kind: Any = DynamicCache) -> Any:
     """A cache holding each layer's ``(keys, values)`` (the reverse of ``tensors``); gradients flow
     back to them through what a forward pass appends."""
     if _BUILT_FROM_PAIRS:

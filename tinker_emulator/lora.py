@@ -168,8 +168,9 @@ def load_state_dict(lm: LoadedModel, name: str, state: dict[str, torch.Tensor]) 
         missing, extra = sorted(expected - set(state)), sorted(set(state) - expected)
         raise ValueError(f"Saved LoRA weights do not fit this model: missing {missing[:3]}, unexpected {extra[:3]}")
     result = set_peft_model_state_dict(lm.peft, state, adapter_name=name)
-    if getattr(result, "unexpected_keys", None):
-        raise ValueError(f"Saved LoRA weights do not fit this model: {result.unexpected_keys[:3]}")
+    unexpected = getattr(result, "unexpected_keys", None)
+    if unexpected:
+        raise ValueError(f"Saved LoRA weights do not fit this model: {unexpected[:3]}")
 
 
 @contextlib.contextmanager

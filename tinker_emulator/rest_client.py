@@ -27,7 +27,7 @@ from tinker_emulator.models import server_capabilities
 from tinker_emulator.sampling_client import LocalSamplingClient
 
 # checkpoint folder kind -> Tinker's checkpoint type
-CHECKPOINT_TYPES = {"weights": "training", "sampler_weights": "sampler", "external": "external"}
+CHECKPOINT_TYPES: dict[str, types.CheckpointType] = {"weights": "training", "sampler_weights": "sampler", "external": "external"}
 
 
 class LocalRestClient(RestClient):
@@ -39,7 +39,8 @@ class LocalRestClient(RestClient):
         self._root = (Path(root).expanduser() if root is not None else checkpoints.default_root()).absolute()
 
     @property
-    def holder(self) -> NoReturn:
+    # a read-only property: the local client has no connection holder to set
+    def holder(self) -> NoReturn:  # type: ignore[override]
         unavailable("RestClient.holder (the HTTP connection holder)", "there is no server connection")
 
     def __repr__(self) -> str:
@@ -152,7 +153,7 @@ class LocalRestClient(RestClient):
         """``file://`` URLs of the checkpoint's files (PEFT's adapter format), which never expire."""
         folder = checkpoints.resolve(tinker_path, self._root)
         urls = {f.name: f.absolute().as_uri() for f in sorted(folder.iterdir()) if f.is_file()}
-        return completed(types.ExternalWeightsUrlsResponse(urls=urls, expires=dt.datetime.max.replace(tzinfo=dt.UTC)))
+        return completed(types.ExternalWeightsUrlsResponse(urls=urls, expires=dt.datetime.max.replace(tzinfo=dt.timezone.utc)))
 
     def set_checkpoint_ttl_from_tinker_path(self, tinker_path: str, ttl_seconds: int | None) -> APIFuture[None]:
         """Accepted and ignored: local checkpoints never expire."""
@@ -271,8 +272,8 @@ def _parse(path: str) -> tuple[str, str]:
 
 
 def _mtime(path: Path) -> dt.datetime:
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.UTC)
+    return dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.timezone.utc)
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(tz=dt.UTC)
+    return dt.datetime.now(tz=dt.timezone.utc)

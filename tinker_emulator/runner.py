@@ -77,7 +77,7 @@ def patch_tinker() -> Callable[[], None]:
     ``AutoTokenizer.from_pretrained`` of mapped Tinker model names at local tokenizers, and
     ``$GEMLAB_LOCAL_MODEL`` (the stand-in Tinker model names run on) to ``gemlab/tiny-chat`` unless
     it is set; returns a function that undoes it all. Handy in a notebook too."""
-    replacements = [(importlib.import_module(module), name, LocalServiceClient) for module, name in _TARGETS]
+    replacements: list[tuple[Any, str, Any]] = [(importlib.import_module(m), name, LocalServiceClient) for m, name in _TARGETS]
     replacements += [(importlib.import_module(module), name, LocalRestClient) for module, name in _REST_TARGETS]
     replacements.append(
         (tinker.SamplingClient, "from_sampler_handle", staticmethod(LocalSamplingClient.from_sampler_handle))

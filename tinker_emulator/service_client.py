@@ -72,7 +72,8 @@ class LocalServiceClient(ServiceClient):
         return f"<LocalServiceClient device={self._device} root={self._root}>"
 
     # ----- training clients ---------------------------------------------------------------
-    def create_lora_training_client(
+    # a ClientFuture: awaitable, .result(), usable as the client, as Tinker's Backcompat*ClientFuture
+    def create_lora_training_client(  # type: ignore[override]
         self,
         base_model: str,
         rank: int = 32,
@@ -119,7 +120,8 @@ class LocalServiceClient(ServiceClient):
             base_model, rank, seed, train_mlp, train_attn, train_unembed, user_metadata, optimizer
         )
 
-    def create_training_client_from_state(
+    # a ClientFuture: awaitable, .result(), usable as the client, as Tinker's Backcompat*ClientFuture
+    def create_training_client_from_state(  # type: ignore[override]
         self,
         path: str,
         base_model: str | None = None,
@@ -143,7 +145,8 @@ class LocalServiceClient(ServiceClient):
             path, base_model, user_metadata, weights_access_token, optimizer
         )
 
-    def create_training_client_from_state_with_optimizer(
+    # a ClientFuture: awaitable, .result(), usable as the client, as Tinker's Backcompat*ClientFuture
+    def create_training_client_from_state_with_optimizer(  # type: ignore[override]
         self,
         path: str,
         base_model: str | None = None,
@@ -165,7 +168,8 @@ class LocalServiceClient(ServiceClient):
         )
 
     # ----- sampling clients ---------------------------------------------------------------
-    def create_sampling_client(
+    # a ClientFuture: awaitable, .result(), usable as the client, as Tinker's Backcompat*ClientFuture
+    def create_sampling_client(  # type: ignore[override]
         self,
         model_path: str | None = None,
         base_model: str | None = None,
@@ -184,6 +188,7 @@ class LocalServiceClient(ServiceClient):
                 lambda: sampler_from_checkpoint(load_model(local, self._device, SAMPLING), folder, base_model),
                 role=SAMPLING,
             )
+        assert base_model is not None  # refused above when both are None
         local = resolve_model_name(base_model, self._stand_in)
         return client_future(
             lambda: LocalSamplingClient(

@@ -291,7 +291,8 @@ class LocalTrainingClient(TrainingClient):
         return self.save_weights_external(name, ttl_seconds, age_encryption_recipients)
 
     # ----- sampling clients ---------------------------------------------------------------
-    def save_weights_and_get_sampling_client(
+    # a ClientFuture: awaitable, .result(), usable as the client, as Tinker's Backcompat*ClientFuture
+    def save_weights_and_get_sampling_client(  # type: ignore[override]
         self,
         name: str | None = None,
         retry_config: RetryConfig | None = None,
@@ -319,7 +320,8 @@ class LocalTrainingClient(TrainingClient):
     ) -> LocalSamplingClient:
         return await self.save_weights_and_get_sampling_client(name, retry_config, record_stability_info, kind)
 
-    def create_sampling_client(
+    # a ClientFuture: awaitable, .result(), usable as the client, as Tinker's Backcompat*ClientFuture
+    def create_sampling_client(  # type: ignore[override]
         self,
         model_path: str,
         retry_config: RetryConfig | None = None,
@@ -525,7 +527,7 @@ class LocalTrainingClient(TrainingClient):
         for p in self._params:
             p.grad = None
         self._optimizer = self._new_optimizer()
-        if optimizer:
+        if optimizer and saved.optimizer is not None:  # None was refused above
             self._optimizer.load_state_dict(saved.optimizer)
             self._steps = int(saved.meta.get("optimizer_steps", 0))
         return types.LoadWeightsResponse(path=path, model_id=self._run_id)

@@ -50,8 +50,13 @@ async def main_async(argv: list[str]) -> int:
     task = asyncio.current_task()
     stopped: list[str] = []
     loop = asyncio.get_running_loop()
+    def stop(signum: int) -> None:
+        stopped.append(signal.Signals(signum).name)
+        if task:
+            task.cancel()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, lambda s=signum: (stopped.append(signal.Signals(s).name), task.cancel() if task else None))
+        loop.add_signal_handler(signum, stop, signum)
     try:
         try:
             await trainer.open()

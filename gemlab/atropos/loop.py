@@ -52,7 +52,7 @@ def group_episodes(group: Mapping[str, Any], index: int) -> list[Episode]:
     if not logprobs:
         raise ValueError("the scored group has no inference_logprobs: collect it through atroposlib's ManagedServer")
     sequences = list(zip(group["tokens"], group["masks"], logprobs, group["scores"], strict=True))
-    episodes = []
+    episodes: list[Episode] = []
     for tokens, mask, token_logprobs, score in sequences:
         if not len(tokens) == len(mask) == len(token_logprobs):
             raise ValueError(f"a sequence has {len(tokens)} tokens, {len(mask)} mask entries and {len(token_logprobs)} logprobs")

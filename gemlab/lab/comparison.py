@@ -10,7 +10,7 @@ import io
 import json
 from itertools import pairwise
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -67,7 +67,7 @@ def runs_table(runs: Sequence[SavedRun]) -> pd.DataFrame:
     keys = differing_settings(runs)
     rows = []
     for run in runs:
-        row = {"run": run.name}
+        row: dict[str, Any] = {"run": run.name}
         row.update({key: _short(run.config.get(key)) for key in keys})
         success = run.metrics.get("sampler/success_rate")
         row[f"final success (last {FINAL_WINDOW} steps)"] = round(float(success.tail(FINAL_WINDOW).mean()), 3) if success is not None and len(success) else None

@@ -162,6 +162,7 @@ class HyperparameterLab:
         if choice is None:
             self.episode.value = "<i>No policy to watch yet: train a run first.</i>"
         elif choice == CURRENT:
+            assert self._last_episode is not None  # CURRENT is offered once there is one
             episode, step, gamma = self._last_episode
             self.episode.value = episode_html(episode, gamma=gamma, title=f"An episode of step {step}").source
         else:
@@ -242,7 +243,7 @@ class HyperparameterLab:
             if len(step_times) == 1:  # the first curve point is on screen
                 self.first_point_seconds = time.time() - pressed
             self.status.value = (
-                f"<b>{html.escape(config.run_name)}</b>{label}: step {done} of {total} · success {metrics['sampler/success_rate']:.2f}"
+                f"<b>{html.escape(config.run_name or '')}</b>{label}: step {done} of {total} · success {metrics['sampler/success_rate']:.2f}"
                 f" · time to finish ≈ {format_seconds(eta or 0)} · first point {self.first_point_seconds:.1f} s after Run"
             )
 
@@ -260,7 +261,7 @@ class HyperparameterLab:
             self._say(f"{config.run_name} failed at step {trainer.step_index}: {error} ({kept})", error=True)
         finally:  # the status line ends with how the run ended: no time-to-finish left behind
             self.status.value = (
-                f"<b>{html.escape(config.run_name)}</b>{label}: {self.last_status or 'ended'} after {trainer.step_index} of"
+                f"<b>{html.escape(config.run_name or '')}</b>{label}: {self.last_status or 'ended'} after {trainer.step_index} of"
                 f" {config.max_steps} steps, in {format_seconds(time.time() - started)} (live chart: {budget.overhead():.1%} of that time)"
             )
             await asyncio.to_thread(trainer.close)

@@ -39,7 +39,7 @@ def datum_html(datum: Any, tokenizer: Any, *, title: str | None = None) -> Html:
     """The datum's target tokens as spans colored by advantage; prompt positions greyed out."""
     fields = {key: value.tolist() for key, value in datum.loss_fn_inputs.items()}
     targets = [int(t) for t in fields["target_tokens"]]
-    per_token = fields.get("advantages", fields.get("weights"))
+    per_token = fields["advantages"] if "advantages" in fields else fields["weights"]
     name = "advantage" if "advantages" in fields else "weight"
     mask = [v != 0.0 for v in per_token]
     return render_tokens(targets, tokenizer, values=per_token, value_name=name, mask=mask, title=title)

@@ -30,7 +30,10 @@ def chat_prompt(observation: str) -> str:
 # 02_episodes ---------------------------------------------------------------------------------
 def binary_search_policy(observation: str) -> str:
     """Guess the middle of the numbers still possible, read off the game's instructions and hints."""
-    low, high = (int(x) for x in re.search(r"between (\d+) and (\d+)", observation).groups())
+    match = re.search(r"between (\d+) and (\d+)", observation)
+    if match is None:
+        raise ValueError("the observation does not say between which numbers to guess")
+    low, high = (int(x) for x in match.groups())
     for guess, hint in re.findall(r"you guessed (\d+), and the target number is (higher|lower)", observation):
         if hint == "higher":
             low = max(low, int(guess) + 1)

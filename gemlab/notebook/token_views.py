@@ -127,7 +127,7 @@ def template_token_counts(observations: Sequence[str], tokenizer: Any, names: Se
     names = list(names or TEMPLATES)
     rows = []
     for observation in observations:
-        row = {"observation (start)": observation[:40].replace("\n", " ") + ("…" if len(observation) > 40 else "")}
+        row: dict[str, str | int] = {"observation (start)": observation[:40].replace("\n", " ") + ("…" if len(observation) > 40 else "")}
         row["characters"] = len(observation)
         for name in names:
             row[name] = len(get_template(name).render(observation, tokenizer))

@@ -132,10 +132,10 @@ def chat_chunks(generation: Generation, tokenizer: Any, logprobs: bool, include_
             delta = {"index": choice.index, "delta": {"tool_calls": calls}, "logprobs": _chat_logprobs(choice, tokenizer) if logprobs else None}
             yield {**head, "choices": [{**delta, "finish_reason": None, "token_ids": choice.token_ids}]}
         else:
-            for i, delta in enumerate(text_deltas(choice, tokenizer)):
+            for i, text_delta in enumerate(text_deltas(choice, tokenizer)):
                 yield {**head, "choices": [{
                     "index": choice.index,
-                    "delta": {"content": delta},
+                    "delta": {"content": text_delta},
                     "logprobs": _chat_logprobs(choice, tokenizer, i, 1) if logprobs else None,
                     "finish_reason": None,
                     "token_ids": [choice.token_ids[i]],

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tinker import types
 
@@ -132,6 +132,7 @@ def completion_prompt(request: CompletionRequest, tokenizer: Any, limit: int | N
         tokens = list(tokenizer.encode(prompt, add_special_tokens=False))
         text = prompt
     else:
+        prompt = cast(list[int], prompt)  # token ids: a list of strings became its first string above
         if limit is not None and len(prompt) > limit:
             raise OpenAIError(400, f"the prompt has {len(prompt)} tokens; the context holds {limit}", param="prompt", code="context_length_exceeded")
         bad = [t for t in prompt if not 0 <= t < vocab_size]
@@ -182,7 +183,7 @@ async def generate(
                 param="max_tokens",
                 code="context_length_exceeded",
             )
-    user_stops: list[str] = request.stop or []
+    user_stops = cast(list[str], request.stop or [])  # the schema's validator makes stop a list
     eot = end_of_turn_ids(tokenizer)
     stop: Any
     if user_stops:  # Tinker takes token ids or strings, not both: end-of-turn tokens as their text
@@ -215,7 +216,8 @@ async def generate(
             cuts = [text.find(s) for s in user_stops if s in text]
             text = text[: min(cuts)] if cuts else text
         finish = "stop" if sequence.stop_reason == "stop" else "length"
-        content, calls = None, []
+        content: str | None = None
+        calls: list[dict[str, Any]] = []
         if parse_tools:
             content, calls = parse_tool_calls(tokenizer.decode(tokens, skip_special_tokens=False), tokenizer.all_special_tokens)
             finish = "tool_calls" if calls else finish

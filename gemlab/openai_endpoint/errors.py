@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
@@ -60,4 +61,4 @@ async def server_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request.method, request.url.path, OpenAIError(500, f"internal error: {exc!r}", type="server_error"))
 
 
-EXCEPTION_HANDLERS = {OpenAIError: openai_error, RequestValidationError: malformed, HTTPException: http_error, Exception: server_error}
+EXCEPTION_HANDLERS: dict[Any, Any] = {OpenAIError: openai_error, RequestValidationError: malformed, HTTPException: http_error, Exception: server_error}

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +38,8 @@ from gemlab.openai_endpoint.schemas import OpenAIError
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 OPEN_PATHS = ("/health",)
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
+Scope = MutableMapping[str, Any]  # as starlette.types has them
+Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 

@@ -186,7 +186,7 @@ def best_learning_rates(folder: str | Path, *, source: str = "auto") -> dict[str
         for method in METHODS:
             scores = {lr: arms.get(f"{env}-{method}-lr{lr:g}") for lr in LEARNING_RATES}
             if all(scores.values()):
-                best[f"{env}-{method}"] = max(LEARNING_RATES, key=lambda lr: np.mean(list(scores[lr].values())))
+                best[f"{env}-{method}"] = max(LEARNING_RATES, key=lambda lr: np.mean(list((scores[lr] or {}).values())))
     if not best:
         raise FileNotFoundError(f"the tuning study under {folder} has no finished sweep: run `--study tuning` first")
     return best

@@ -175,8 +175,8 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             pending = {pool.submit(_run_in_worker, run, threads): run for run in todo}
             while pending:
-                done, _ = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
-                for future in done:
+                finished_now, _ = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)
+                for future in finished_now:
                     run = pending.pop(future)
                     timing = future.result()
                     _record(timing, run, jobs)

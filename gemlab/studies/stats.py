@@ -72,7 +72,7 @@ def _clean(values: Sequence[float]) -> np.ndarray:
     return array
 
 
-def _ci(result: stats._resampling.BootstrapResult) -> tuple[float, float]:  # type: ignore[name-defined]
+def _ci(result: stats._resampling.BootstrapResult) -> tuple[float, float]:
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 

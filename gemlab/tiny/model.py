@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -44,7 +45,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 # Model shape of the preset; override any of these through ``build_tiny_model(**overrides)``.
-TINY_SHAPE = dict(
+TINY_SHAPE: dict[str, Any] = dict(
     hidden_size=128,
     intermediate_size=256,
     num_hidden_layers=2,
@@ -124,10 +125,11 @@ def add_token_rows(model: LlamaForCausalLM, vocab_size: int) -> None:
     """Grow the (tied) embedding to ``vocab_size`` rows, each new one the mean of the others: its
     logit is then far below every trained token's (about 2e-9 of the probability each, measured on
     GuessTheNumber prompts), so the model samples as before until training says otherwise."""
-    trained = model.get_input_embeddings().weight.detach().clone()
+    # transformers' stubs make nn.Module.__getattr__'s Tensor shadow get_input_embeddings
+    trained = model.get_input_embeddings().weight.detach().clone()  # type: ignore[operator]
     model.resize_token_embeddings(vocab_size, mean_resizing=False)
     with torch.no_grad():
-        model.get_input_embeddings().weight[len(trained) :] = trained.mean(0)
+        model.get_input_embeddings().weight[len(trained) :] = trained.mean(0)  # type: ignore[operator]
 
 
 def load_pretrained(model: LlamaForCausalLM, path: Path) -> LlamaForCausalLM:

@@ -29,7 +29,7 @@ import argparse
 import random
 import sys
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, cast
 
 import torch
 from tqdm import tqdm
@@ -41,7 +41,7 @@ from gemlab.templates import get_template
 from gemlab.tiny import registry
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
 
-ENV_ID = registry.TINY_MODELS[registry.TINY].teacher_env
+ENV_ID = cast(str, registry.TINY_MODELS[registry.TINY].teacher_env)  # every tiny model has a teacher env
 SKILL = 0.25
 # (skill of the player whose answers are the targets, steps): first the bisection itself, then
 # the sloppy player, so that bisection is in the model but played only a quarter of the time.
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     base = parser.parse_args(argv).base
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     model = build_tiny_model(seed=0)
-    losses = pretrain(model, load_tiny_tokenizer(), env_id=registry.TINY_MODELS[base].teacher_env)
+    losses = pretrain(model, load_tiny_tokenizer(), env_id=cast(str, registry.TINY_MODELS[base].teacher_env))
     registry.write_folder(base, model)
     # the models that load this base's weights (gemlab/tiny-chat for gemlab/tiny) are rebuilt from them
     registry.write_zoo([name for name, spec in registry.TINY_MODELS.items() if spec.weights_from == base and name != base])

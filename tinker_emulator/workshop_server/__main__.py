@@ -32,6 +32,7 @@ import logging
 import os
 import socket
 import sys
+from typing import Any
 from pathlib import Path
 
 from tinker_emulator import asgi_limits
@@ -39,7 +40,7 @@ from tinker_emulator.workshop_server.registry import Quotas
 from tinker_emulator.workshop_server.state import Limits
 
 DEFAULT_DATA = Path.home() / ".cache" / "gemlab" / "tinker-server"
-SHUTDOWN_GRACE_S = 1.0  # after a stop, how long open requests (long polls included) may still run
+SHUTDOWN_GRACE_S = 1  # seconds (uvicorn takes an int); after a stop, how long open requests (long polls included) may still run
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -107,8 +108,8 @@ def serve(args: argparse.Namespace) -> None:
     from tinker_emulator.workshop_server.errors import error_body
     from tinker_emulator.workshop_server.keys import load_or_create
 
-    sizes = (args.keys, args.max_tokens, args.max_queue, args.models_per_key, args.samplers_per_key, args.queue_per_key, args.results_per_key)
-    sizes += (args.max_train_tokens, args.max_sample_tokens, args.unit_tokens)
+    sizes: tuple[Any, ...] = (args.keys, args.max_tokens, args.max_queue, args.models_per_key, args.samplers_per_key, args.queue_per_key, args.results_per_key)
+    sizes = (*sizes, args.max_train_tokens, args.max_sample_tokens, args.unit_tokens)
     times = (args.max_body_mb, args.held_mb_per_key, args.result_ttl, args.read_timeout, args.max_header_kb)
     if min(sizes) < 1 or min(times) <= 0:
         sys.exit(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from typing import Any
 
 import pydantic
 from fastapi import Request
@@ -122,4 +123,4 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 
 # the errors FastAPI answers itself; every other exception reaches ``guard.Guard``
-EXCEPTION_HANDLERS = {RequestValidationError: invalid, HTTPException: http_error}
+EXCEPTION_HANDLERS: dict[Any, Any] = {RequestValidationError: invalid, HTTPException: http_error}

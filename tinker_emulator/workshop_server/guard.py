@@ -92,9 +92,9 @@ class Guard:
             if complete:  # the body is in: what comes now is a disconnect, whenever it comes
                 return await receive()
             try:
-                async with asyncio.timeout_at(deadline):
-                    message = await receive()
-            except TimeoutError:
+                # asyncio.timeout_at is 3.11+; wait_for raises asyncio.TimeoutError (TimeoutError from 3.11)
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except asyncio.TimeoutError:
                 raise TooSlow(
                     f"the request body did not arrive within {self.body_timeout_s:g} s (the server's read timeout)"
                 ) from None

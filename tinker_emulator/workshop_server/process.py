@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from tinker_emulator.model_names import TINY
 
@@ -94,7 +95,7 @@ def _hub_reads_environment_again(hf_home: Path) -> None:
     """huggingface_hub reads HF_HOME and HF_HUB_OFFLINE once, at import (which importing the
     emulator already did): set what it read, so that this process's own clients (the benchmark's
     in-process trainer over HTTP) find the installed tokenizer offline."""
-    constants = sys.modules.get("huggingface_hub.constants")
+    constants: Any = sys.modules.get("huggingface_hub.constants")  # a module, its names set below
     if constants is not None:
         constants.HF_HOME = str(hf_home)
         constants.HF_HUB_CACHE = str(hf_home / "hub")

@@ -322,7 +322,7 @@ class Registry:
     def sweep(self, now: float | None = None) -> None:
         """Drop expired sessions (their models, samplers and results go with them) and old results."""
         now = time.monotonic() if now is None else now
-        self.fetched = {k: p for k, p in self.fetched.items() if now - p.retrieved_at <= RETRIEVED_TTL_S}
+        self.fetched = {k: p for k, p in self.fetched.items() if now - (p.retrieved_at or now) <= RETRIEVED_TTL_S}
         ttl = self.quotas.result_ttl_s
         self.pending = {k: p for k, p in self.pending.items() if p.done_at is None or now - p.done_at <= ttl}
         expired = {s.id for s in self.sessions.values() if now - s.last_seen > SESSION_TTL_S}

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pydantic
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
+from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 
 from tinker_emulator.workshop_server import paths, validate
 from tinker_emulator.workshop_server.registry import Session
@@ -43,9 +43,10 @@ def queued(server: Server, session: Session, work: Awaitable[Any], encode: Calla
     return JSONResponse({"request_id": request_id, **extra})
 
 
-async def awaited(api_future: AwaitableConcurrentFuture[T]) -> T:
-    """A local backend future (Tinker's ``AwaitableConcurrentFuture``) awaited on this event loop."""
-    return await asyncio.wrap_future(api_future.future())
+async def awaited(api_future: APIFuture[T]) -> T:
+    """A local backend future (Tinker's ``AwaitableConcurrentFuture``, which the local clients'
+    methods declare as Tinker's ``APIFuture``) awaited on this event loop."""
+    return await asyncio.wrap_future(cast(AwaitableConcurrentFuture[T], api_future).future())
 
 
 async def then(work: Awaitable[T], fn: Callable[[T], Any]) -> Any:

@@ -96,7 +96,7 @@ def decode_forward_backward(
         inputs = {name: _tensor_data_from_proto(tensor) for name, tensor in datum.loss_fn_inputs.items()}
         if model is not None and "target_tokens" in inputs:
             validate.vocabulary(inputs["target_tokens"].to_numpy().ravel(), f"data[{index}].loss_fn_inputs['target_tokens']", model)
-        chunks = [types.EncodedTextChunk(tokens=array.tolist()) for array in arrays]
+        chunks: list[types.ModelInputChunk] = [types.EncodedTextChunk(tokens=array.tolist()) for array in arrays]
         data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
     return ForwardBackward(
         model_id=msg.model_id,

@@ -48,7 +48,8 @@ def _external_ids(item: Any) -> Any:
 @router.get("/training_runs")
 async def training_runs(server: ServerDep, tenant: TenantDep, limit: Count = 20, offset: Count = 0) -> JSONResponse:
     rest = server.registry.tenant(tenant).rest
-    return answer(tinker_ids(await awaited(rest.list_training_runs(limit=limit, offset=offset))))
+    runs = await awaited(rest.list_training_runs(limit=limit, offset=offset))
+    return answer(tinker_ids(runs))
 
 
 def owned_run(run_id: str, server: Any, tenant: str) -> tuple[Any, str]:
@@ -83,7 +84,8 @@ async def delete_checkpoint(run_id: str, checkpoint_id: str, server: ServerDep, 
 @router.get("/checkpoints")
 async def user_checkpoints(server: ServerDep, tenant: TenantDep, limit: Count = 100, offset: Count = 0) -> JSONResponse:
     rest = server.registry.tenant(tenant).rest
-    return answer(tinker_ids(await awaited(rest.list_user_checkpoints(limit=limit, offset=offset))))
+    saved = await awaited(rest.list_user_checkpoints(limit=limit, offset=offset))
+    return answer(tinker_ids(saved))
 
 
 @router.post("/weights_info")

@@ -49,6 +49,7 @@ def sampler_of(body: types.SampleRequest, registry: Registry, tenant: str) -> tu
         served.check(body.base_model)
     session = any_session(registry, tenant)
     if body.model_path is None:
+        assert body.base_model is not None  # refused above when both are None
         return registry.base_sampler(body.base_model, session.tenant), session
     folder = str(paths.folder(body.model_path, session.tenant.root))
     made = awaited(session.tenant.service.create_sampling_client(model_path=folder))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -85,7 +85,7 @@ async def forward_backward(request: Request, server: ServerDep, tenant: TenantDe
     run = client.forward if body.forward_only else client.forward_backward
     config = validate.finite_config(body.loss_fn_config)
     pieces = units.split(body.data, limits.unit_tokens)
-    started = await asyncio.to_thread(units.submit, pieces, lambda unit: run(unit, body.loss_fn, config).future())
+    started = await asyncio.to_thread(units.submit, pieces, lambda unit: run(unit, cast(types.LossFnType, body.loss_fn), config).future())
     large = sum(datum.model_input.length for datum in body.data) >= memory.LARGE_TOKENS
     return queued(server, model.session, units.gathered(started, large), wire.encode_forward_backward_output)
 
@@ -145,9 +145,9 @@ async def load_weights(request: Request, server: ServerDep, tenant: TenantDep) -
     folder = str(paths.folder(body.path, session.tenant.root))
     service = session.tenant.service
     make = service.create_training_client_from_state_with_optimizer if body.optimizer else service.create_training_client_from_state
-    client = make(folder, base_model=body.base_model, user_metadata=_metadata(body.user_metadata))
+    loading = make(folder, base_model=body.base_model, user_metadata=_metadata(body.user_metadata))
     base_model = body.base_model or paths.base_model_of(folder)
-    model_id, created = start_run(server, session, body.model_seq_id, base_model, client)
+    model_id, created = start_run(server, session, body.model_seq_id, base_model, loading)
     return queued(server, session, then(created, lambda _: types.LoadWeightsResponse(path=body.path, model_id=model_id)))
 
 
@@ -162,5 +162,5 @@ async def save_weights_for_sampler(request: Request, server: ServerDep, tenant: 
     server.registry.check_sampler_room(model.session)
     made = asyncio.ensure_future(awaited(client.save_weights_and_get_sampling_client(kind=body.kind)))
     server.registry.add_sampler(Sampler(sampler_id, model.session, model.base_model, None, made))
-    work = then(made, lambda _: types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
-    return queued(server, model.session, work)
+    reply = then(made, lambda _: types.SaveWeightsForSamplerResponseInternal(sampling_session_id=sampler_id))
+    return queued(server, model.session, reply)
