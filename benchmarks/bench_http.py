@@ -92,7 +92,7 @@ def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
         print(f"  {name:11s} median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f}, n={len(values)}); "
               f"sampling {sample:.3f} s, update {train:.3f} s")
     ratio = statistics.median(times["over HTTP"]) / statistics.median(times["in-process"])
-    per_step = [h / i for h, i in zip(times["over HTTP"], times["in-process"])]
+    per_step = [h / i for h, i in zip(times["over HTTP"], times["in-process"], strict=True)]
     print(f"  ratio over HTTP / in-process: {ratio:.3f} (target <= 1.15); step by step: median {statistics.median(per_step):.3f}, "
           f"min {min(per_step):.3f}, max {max(per_step):.3f}")
 

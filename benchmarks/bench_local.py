@@ -198,7 +198,7 @@ def local_sampling(sampler: Any, prompts: list[list[int]], max_tokens: int) -> C
     async def run() -> Any:
         params = [types.SamplingParams(max_tokens=max_tokens, stop=[], seed=i) for i in range(len(prompts))]
         return await asyncio.gather(
-            *[sampler.sample(types.ModelInput.from_ints(p), 1, s) for p, s in zip(prompts, params)]
+            *[sampler.sample(types.ModelInput.from_ints(p), 1, s) for p, s in zip(prompts, params, strict=True)]
         )
 
     return lambda: asyncio.run(run())
@@ -390,7 +390,11 @@ def compare_float32(
     responses = local_sampling(sampler, prompts, args.max_tokens)()
     sampled = [r.sequences[0].logprobs for r in responses]
     for label, learner in (("float32 learner", fp32_training), ("bfloat16 learner", training)):
-        diffs = [abs(a - b) for sampled_row, learner_row in zip(sampled, learner_logprobs(learner, prompts, responses)) for a, b in zip(sampled_row, learner_row)]
+        diffs = [
+            abs(a - b)
+            for sampled_row, learner_row in zip(sampled, learner_logprobs(learner, prompts, responses), strict=True)
+            for a, b in zip(sampled_row, learner_row, strict=True)
+        ]
         print(f"  bf16 sampler vs {label}: mean |logprob diff| {statistics.mean(diffs):.4f} nats, max {max(diffs):.3f}")
 
 
@@ -447,10 +451,10 @@ def play(sample_turn: SampleTurn, tokenizer: Any, shape: StepShape, step: int) -
     for turn in range(shape.turns):
         actions = sample_turn(prompts, turn)
         last = turn == shape.turns - 1
-        for played, prompt, (tokens, logprobs) in zip(turns, prompts, actions):
+        for played, prompt, (tokens, logprobs) in zip(turns, prompts, actions, strict=True):
             reward = float(rng.random() < 0.5) if last else 0.0
             played.append(Transition(obs_tokens=prompt, act_tokens=tokens, act_logprobs=logprobs, reward=reward, done=last))
-        prompts = [prompt + tokens + reply for prompt, (tokens, _) in zip(prompts, actions)]
+        prompts = [prompt + tokens + reply for prompt, (tokens, _) in zip(prompts, actions, strict=True)]
     per_group = shape.episodes // shape.groups
     return RolloutBatch([Episode(transitions=t, env_index=e, group=(0, e // per_group)) for e, t in enumerate(turns)])
 
@@ -484,7 +488,7 @@ def local_step(training: Any, shape: StepShape, merge: bool = True) -> Callable[
         sampled = time.perf_counter()
         prepared = prepare(batch, config, step)
         if not merge:
-            prepared.datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(prepared.transitions, prepared.advantages)]
+            prepared.datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(prepared.transitions, prepared.advantages, strict=True)]
             prepared.minibatches = [list(range(len(prepared.datums)))]
         outputs, _ = asyncio.run(update(training, prepared.datums, prepared.minibatches, config, step))
         trained = time.perf_counter()
@@ -531,7 +535,7 @@ def plain_step(name: str, dtype: torch.dtype, shape: StepShape, rank: int, micro
         batch = play(sample_turn, tokenizer, shape, step)
         sampled = time.perf_counter()
         transitions, advantages = prepare_transitions(batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size, rng=np.random.default_rng(step))
-        data = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
+        data = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages, strict=True)]
         model.train()
         for first in range(0, len(data), micro):
             part = data[first : first + micro]
@@ -595,14 +599,14 @@ def bench_steps(report: Report, training: Any, dtype: torch.dtype, repeats: int,
 def learner_logprobs(training: Any, prompts: list[list[int]], responses: list[Any]) -> list[list[float]]:
     """The learner's logprobs of each sampled action (``forward``, no update)."""
     data = []
-    for prompt, response in zip(prompts, responses):
+    for prompt, response in zip(prompts, responses, strict=True):
         tokens = prompt + list(response.sequences[0].tokens)
         data.append(types.Datum(
             model_input=types.ModelInput.from_ints(tokens[:-1]),
             loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)},
         ))
     out = training.forward(data, "cross_entropy").result()
-    return [o["logprobs"].to_torch()[len(p) - 1 :].tolist() for o, p in zip(out.loss_fn_outputs, prompts)]
+    return [o["logprobs"].to_torch()[len(p) - 1 :].tolist() for o, p in zip(out.loss_fn_outputs, prompts, strict=True)]
 
 
 # ----- the tool task: preset=smollm2-tool as it runs -----------------------------------------

@@ -93,7 +93,7 @@ def big_heads(port: int, health: str, host: str, label: str) -> None:
     stop.set()
     poller.join(60)
     times = times[polled:]  # those polled while the heads were sent
-    for answer, took in answers:
+    for answer, _took in answers:
         check("header size", status(answer) == 431, f"{label}: 100 MiB header answered {answer[:40]!r}")
     check("header size", bool(times) and max(times) < 2.0, f"{label}: health worst {max(times or [0]):.2f} s")
     print(f"  {label}: 5 x 2 x 100 MiB headers -> {sorted({status(a) for a, _ in answers})}, answered in median "

@@ -20,7 +20,7 @@ service = tinker.ServiceClient()
 training = service.create_lora_training_client(base_model="gemlab/tiny", rank=rank).result()
 prompt = [1, 5, 9, 13, 17, 21, 25, 29]
 times = []
-for step in range(steps):
+for _ in range(steps):
     start = time.perf_counter()
     sampler = training.save_weights_and_get_sampling_client()
     result = sampler.sample(types.ModelInput.from_ints(prompt), 8, types.SamplingParams(max_tokens=8)).result()

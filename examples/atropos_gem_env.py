@@ -68,7 +68,7 @@ class GemSingleTurnEnv(BaseEnv):
             )
             nodes = managed.get_state()["nodes"]
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], inference_logprobs=[], messages=[])
-        for choice, node in zip(reply.choices, nodes):
+        for choice, node in zip(reply.choices, nodes, strict=True):
             text = choice.message.content or ""
             group["tokens"].append(node.tokens)
             group["masks"].append(node.masked_tokens)

@@ -71,9 +71,9 @@ async def collect_round(sampling_client, envs, tokenizer, config: dict, seeds: l
             for i in live
         ]
         results = await asyncio.gather(
-            *(sampling_client.sample(prompt=types.ModelInput.from_ints(p), num_samples=1, sampling_params=s) for p, s in zip(prompts, params))
+            *(sampling_client.sample(prompt=types.ModelInput.from_ints(p), num_samples=1, sampling_params=s) for p, s in zip(prompts, params, strict=True))
         )
-        for i, prompt, result in zip(live, prompts, results):
+        for i, prompt, result in zip(live, prompts, results, strict=True):
             tokens = list(result.sequences[0].tokens)
             observations[i], reward, terminated, truncated, _ = envs[i].step(tokenizer.decode(tokens))
             episodes[i].append(
@@ -108,7 +108,7 @@ def advantages(episodes: list[list[dict]], config: dict, step: int) -> list[dict
         normalized = np.zeros_like(returns)  # all equal: no signal
     else:
         normalized = (returns - returns.mean()) / (returns.std(ddof=1) + 1e-9)  # ALGO LOGIC: ReBN
-    for transition, value in zip(transitions, normalized):
+    for transition, value in zip(transitions, normalized, strict=True):
         transition["advantage"] = float(value)
     if len(transitions) > config["batch_size"]:
         keep = np.random.default_rng([config["seed"], step]).choice(len(transitions), config["batch_size"], replace=False)
@@ -136,7 +136,7 @@ def make_datum(transition: dict) -> types.Datum:
 # ========== metrics ==========
 def step_metrics(step: int, episodes: list[list[dict]], transitions: list[dict], result) -> dict:
     diffs = np.concatenate(
-        [np.array(t["act_logprobs"]) - np.array(out["logprobs"].tolist())[-len(t["act_logprobs"]) :] for t, out in zip(transitions, result.loss_fn_outputs)]
+        [np.array(t["act_logprobs"]) - np.array(out["logprobs"].tolist())[-len(t["act_logprobs"]) :] for t, out in zip(transitions, result.loss_fn_outputs, strict=True)]
     )
     return {
         "step": step,

@@ -365,7 +365,7 @@ async def collect_batch(
     while batch.num_transitions < min_transitions:
         rounds = TurnRounds(sampling_client, len(envs), retry_delays)
 
-        async def play(index: int, env: Any) -> Episode:
+        async def play(index: int, env: Any, rounds: TurnRounds, round_index: int) -> Episode:
             grouped = group_size > 1
             try:
                 return await collect_episode(
@@ -380,7 +380,7 @@ async def collect_batch(
             finally:
                 rounds.finished()
 
-        results = await asyncio.gather(*(play(i, env) for i, env in enumerate(envs)), return_exceptions=True)
+        results = await asyncio.gather(*(play(i, env, rounds, round_index) for i, env in enumerate(envs)), return_exceptions=True)
         batch.num_retries += rounds.retries
         add_round(batch, results)
         if progress is not None:

@@ -85,7 +85,7 @@ async def evaluate_async(
             progress.update(1)
         return episode
 
-    episodes = await asyncio.gather(*(play(i, env, s) for i, (env, s) in enumerate(zip(envs, reset_seeds(num_games)))))
+    episodes = await asyncio.gather(*(play(i, env, s) for i, (env, s) in enumerate(zip(envs, reset_seeds(num_games), strict=True))))
     return EvalResult(
         wins=[e.won for e in episodes],
         returns=[e.total_reward for e in episodes],
@@ -105,11 +105,11 @@ def random_play(env_id: str, num_games: int = NUM_GAMES, *, repeats: int = 100, 
         rates = []
         for repeat in range(repeats):
             wins = 0
-            for index, (env, reset_seed) in enumerate(zip(envs, reset_seeds(num_games))):
+            for index, (env, reset_seed) in enumerate(zip(envs, reset_seeds(num_games), strict=True)):
                 start, _ = env.reset(seed=reset_seed)  # the game's secret, as evaluate_async's game ``index``
                 random.seed(derive_seed(seed, repeat, index))
                 player = env.unwrapped.sample_random_action
-                wins += play_episode_now(env, lambda observation: player(), start=start).won
+                wins += play_episode_now(env, lambda observation: player(), start=start).won  # noqa: B023  # called within this iteration
             rates.append(wins / num_games)
         return rates
     finally:

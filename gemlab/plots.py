@@ -159,7 +159,7 @@ def plot_diagnostics(run: Run, *, smoothing: int = 1, title: str | None = None) 
     ``mean(d**2)/2`` with ``d`` = sampler minus learner logprob; both 0 when on-policy)."""
     df = load_metrics(run)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
-    for ax, metric in zip(axes.flat[:3], ("sampler/success_rate", "sampler/episode_return", "sampler/token_entropy")):
+    for ax, metric in zip(axes.flat[:3], ("sampler/success_rate", "sampler/episode_return", "sampler/token_entropy"), strict=True):
         plot_learning_curve(df, metric, smoothing=smoothing, ax=ax, evaluations=False)
     ax = axes.flat[3]
     estimates = {"train/kl_sample_train_v1": "mean(d), d = sampler - learner logprob", "train/kl_sample_train_v2": "mean(d²)/2"}
@@ -181,14 +181,14 @@ def plot_timeline(
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 1 + 1.1 * len(runs)))
     colors = {"sample": "tab:blue", "train": "tab:orange"}
-    for index, (label, run) in enumerate(runs.items()):
+    for index, run in enumerate(runs.values()):
         lane = len(runs) - 1 - index  # the first run on top
         df = load_metrics(run).head(steps)
         origin = df["time/sample_start"].iloc[0]
         for phase, offset in (("sample", 0.22), ("train", -0.22)):
-            spans = [(a - origin, b - a) for a, b in zip(df[f"time/{phase}_start"], df[f"time/{phase}_end"])]
+            spans = [(a - origin, b - a) for a, b in zip(df[f"time/{phase}_start"], df[f"time/{phase}_end"], strict=True)]
             ax.broken_barh(spans, (lane + offset - 0.2, 0.4), facecolors=colors[phase], edgecolor="white", label=phase if index == 0 else None)
-            for (start, width), step in zip(spans, df["step"]):
+            for (start, width), step in zip(spans, df["step"], strict=True):
                 ax.text(start + width / 2, lane + offset, str(int(step)), ha="center", va="center", fontsize=7, color="white")
     ax.set_yticks(range(len(runs)), list(runs)[::-1])
     ax.set_xlabel("wall-clock time since the first step started sampling (s)")
@@ -212,7 +212,7 @@ def plot_vs_wall_clock(
     first run ended (so the mean never averages over runs that have stopped)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
-    for color, (label, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], groups.items()):
+    for color, (label, runs) in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], groups.items(), strict=False):
         curves = []
         for run in runs:
             df = load_metrics(run)

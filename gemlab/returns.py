@@ -72,7 +72,7 @@ def group_normalize(returns: Sequence[float], groups: Sequence[Hashable]) -> lis
         members[key].append(index)
     out = [0.0] * len(returns)
     for indices in members.values():
-        for index, value in zip(indices, rebn([returns[i] for i in indices])):
+        for index, value in zip(indices, rebn([returns[i] for i in indices]), strict=True):
             out[index] = value
     return out
 
@@ -102,7 +102,7 @@ def _same_state(episodes: Sequence[Episode], gamma: float) -> list[float]:
 def _grpo(episodes: Sequence[Episode], gamma: float) -> list[float]:
     """Each episode's total reward normalized within its group, on every one of its turns (gamma unused)."""
     scores = group_normalize([e.total_reward for e in episodes], [e.group for e in episodes])  # ALGO LOGIC
-    return [score for episode, score in zip(episodes, scores) for _ in episode.transitions]
+    return [score for episode, score in zip(episodes, scores, strict=True) for _ in episode.transitions]
 
 
 class Estimator(NamedTuple):

@@ -244,7 +244,7 @@ async def update(
         except ValueError as error:  # the local backend refuses a step that would make the weights non-finite
             raise NonFinite(str(error)) from None
         check_finite(optim_result.metrics or {})
-        for index, output in zip(minibatch, result.loss_fn_outputs):
+        for index, output in zip(minibatch, result.loss_fn_outputs, strict=True):
             outputs[index] = output
         for key, value in {**result.metrics, **(optim_result.metrics or {})}.items():
             train.setdefault(key, []).append(float(value))

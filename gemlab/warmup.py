@@ -70,7 +70,7 @@ def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, c
     while len(datums) < count:
         for env in envs:
             teacher = env.unwrapped.sample_random_action  # GEM's scripted player, in the expected format
-            episode = play_episode_now(env, lambda observation: teacher(), max_turns=count - len(datums))
+            episode = play_episode_now(env, lambda observation: teacher(), max_turns=count - len(datums))  # noqa: B023  # called within this iteration
             history: list[int] = []
             for turn in episode.transitions:
                 answer = list(tokenizer.encode(turn.action, add_special_tokens=False)) + end

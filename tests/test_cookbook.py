@@ -214,7 +214,7 @@ def _check_run(log: Path, env_id: str, steps: list[int]) -> None:
     # each turn's prompt is the whole conversation so far: it grows by at least the last action
     for line in (log / "iteration_000000" / "train_rollout_summaries.jsonl").read_text().splitlines():
         played = json.loads(line)["steps"]
-        for before, after in zip(played, played[1:]):
+        for before, after in zip(played, played[1:], strict=False):
             assert after["ob_len"] >= before["ob_len"] + before["ac_len"]
 
 

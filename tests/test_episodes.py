@@ -218,7 +218,7 @@ def test_a_continuing_template_makes_each_prompt_extend_the_last_prompt_and_acti
         if episode.num_turns >= 3:
             break
     assert episode.num_turns >= 3
-    for before, after in zip(episode.transitions, episode.transitions[1:]):
+    for before, after in zip(episode.transitions, episode.transitions[1:], strict=False):
         history = before.obs_tokens + before.act_tokens
         assert after.obs_tokens[: len(history)] == history
         assert TOKENIZER.decode(after.obs_tokens[len(history) :]).startswith("\n<|im_start|>user\n" + after.observation)

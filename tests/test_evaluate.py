@@ -18,7 +18,7 @@ ENV = "game:GuessTheNumber-v0-easy"
 
 def _secrets(seed: int) -> list[int]:
     envs = make_envs(ENV, 6, seed=seed)
-    for env, reset_seed in zip(envs, reset_seeds(6)):
+    for env, reset_seed in zip(envs, reset_seeds(6), strict=True):
         env.reset(seed=reset_seed)
     return [env.unwrapped.game_number for env in envs]
 

@@ -35,7 +35,7 @@ def test_reference_loop_metrics_equal_the_trainers(tmp_path: Path) -> None:
     trainer = [json.loads(line) for line in (tmp_path / "trainer" / "metrics.jsonl").read_text().splitlines()]
     loop = [json.loads(line) for line in example.read_text().splitlines()]
     assert len(loop) == len(trainer) == SHARED["max_steps"]
-    for ours, theirs in zip(trainer, loop):
+    for ours, theirs in zip(trainer, loop, strict=True):
         assert "train/loss:sum" in theirs and "sampler/success_rate" in theirs
         assert {key: ours[key] for key in theirs} == theirs
 

@@ -58,7 +58,7 @@ def test_step_that_would_make_weights_non_finite_is_refused_and_undone(training)
     training.forward_backward([policy_gradient_datum(PROMPT, ACTION, [-1.0, -1.0], 1.0)], "importance_sampling").result()
     with pytest.raises(ValueError, match="would make the weights non-finite: refused"):
         training.optim_step(types.AdamParams(learning_rate=3e38)).result()
-    assert all(torch.equal(a, b) for a, b in zip(before, _weights(training)))
+    assert all(torch.equal(a, b) for a, b in zip(before, _weights(training), strict=True))
     assert json.dumps(str(training._optimizer.state_dict()["state"][0]["exp_avg"].sum())) == state
 
 

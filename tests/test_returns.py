@@ -68,7 +68,10 @@ def test_group_normalize_explodes_on_near_equal_returns():
 def episode(rewards: list[float], group: tuple[int, int] | None = None, obs: list[list[int]] | None = None) -> Episode:
     obs = obs or [[i] for i in range(len(rewards))]
     return Episode(
-        transitions=[Transition(obs_tokens=o, act_tokens=[9], act_logprobs=[-0.1], reward=r, done=i == len(rewards) - 1) for i, (o, r) in enumerate(zip(obs, rewards))],
+        transitions=[
+            Transition(obs_tokens=o, act_tokens=[9], act_logprobs=[-0.1], reward=r, done=i == len(rewards) - 1)
+            for i, (o, r) in enumerate(zip(obs, rewards, strict=True))
+        ],
         group=group,
     )
 

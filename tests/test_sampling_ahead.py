@@ -77,7 +77,7 @@ def _compare_with_gems_loop(tmp_path):
             batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size,
             rng=np.random.default_rng([config.seed, step]),
         )  # fmt: skip
-        datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages)]
+        datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages, strict=True)]
         result = training.forward_backward(datums, config.loss_fn).result()
         training.optim_step(adam_params(config.learning_rate)).result()
         expected = {**rollout_metrics(batch), **policy_metrics(transitions, result.loss_fn_outputs)}

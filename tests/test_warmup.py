@@ -76,7 +76,7 @@ def test_own_answers_are_asked_in_the_chat_template_and_trained_in_the_runs():
     for datum in datums:
         tokens = datum.model_input.to_ints() + [int(datum.loss_fn_inputs["target_tokens"].to_torch()[-1])]
         weights = datum.loss_fn_inputs["weights"].to_torch().tolist()
-        trained = [t for t, w in zip(tokens[1:], weights) if w > 0]
+        trained = [t for t, w in zip(tokens[1:], weights, strict=True) if w > 0]
         targets.append(tokenizer.decode(trained, skip_special_tokens=True))
         assert tokenizer.decode(tokens).startswith(template.render_text("x")[:20])  # the run's template, not the chat one
     assert targets == ["\\boxed{7}", "\\boxed{12}", "\\boxed{7}", "\\boxed{12}"]
@@ -104,7 +104,7 @@ def test_a_run_warms_up_on_its_own_answers_without_a_scripted_player(tmp_path):
 def _trained_text(tokenizer, datum) -> str:
     tokens = datum.model_input.to_ints() + [int(datum.loss_fn_inputs["target_tokens"].to_torch()[-1])]
     weights = datum.loss_fn_inputs["weights"].to_torch().tolist()
-    return tokenizer.decode([t for t, w in zip(tokens[1:], weights) if w > 0], skip_special_tokens=True)
+    return tokenizer.decode([t for t, w in zip(tokens[1:], weights, strict=True) if w > 0], skip_special_tokens=True)
 
 
 def test_own_code_shows_the_tool_protocol_from_the_models_own_code_without_the_right_answer():

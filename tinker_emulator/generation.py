@@ -143,7 +143,7 @@ def generate(
                     results[index].top_ids.append(top_ids[j][:k])
                     results[index].top_logprobs.append(top_logprobs[j][:k])
         keep = []
-        for j, (index, token, logprob) in enumerate(zip(live, tokens.tolist(), logprobs.tolist())):
+        for j, (index, token, logprob) in enumerate(zip(live, tokens.tolist(), logprobs.tolist(), strict=True)):
             row, result = rows[index], results[index]
             result.tokens.append(token)
             result.logprobs.append(logprob)
@@ -243,5 +243,5 @@ class SampleBatcher:
             for request in requests:
                 request.future.set_exception(exc)
         else:
-            for request, result in zip(requests, results):
+            for request, result in zip(requests, results, strict=True):
                 request.future.set_result(result)

@@ -47,7 +47,7 @@ def tensors(cache: Any) -> Pairs:
     """Each layer's ``(keys, values)``, ``(batch, heads, positions, head_dim)``."""
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
 
 
 def from_tensors(model: Any, pairs: Pairs, kind: Any = DynamicCache) -> Any:

@@ -89,13 +89,13 @@ def prefill(
             cache.batch_repeat_interleave(len(prompts))
         starts = [shared] * len(prompts)
         past_mask = torch.ones((len(prompts), shared), dtype=torch.long)
-    suffixes = [list(p[start:]) for p, start in zip(prompts, starts)]
+    suffixes = [list(p[start:]) for p, start in zip(prompts, starts, strict=True)]
     width = max(len(s) for s in suffixes)
     past = past_mask.shape[1]
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.cat([past_mask, torch.zeros((len(prompts), width), dtype=torch.long)], dim=1)
     positions = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, (suffix, start) in enumerate(zip(suffixes, starts)):
+    for i, (suffix, start) in enumerate(zip(suffixes, starts, strict=True)):
         ids[i, width - len(suffix) :] = torch.as_tensor(suffix, dtype=torch.long)
         mask[i, past + width - len(suffix) :] = 1
         positions[i, width - len(suffix) :] = torch.arange(start, start + len(suffix))

@@ -90,13 +90,13 @@ def sharing_plan(inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor
     if len(inputs) < 2 or any(t.ndim != 1 for t in targets):
         return [Cluster(tuple(range(len(inputs))), 0)]
     order = sorted(range(len(inputs)), key=lambda i: list(inputs[i]))
-    common = [_common(inputs[a], inputs[b], targets[a], targets[b]) for a, b in zip(order, order[1:])]
+    common = [_common(inputs[a], inputs[b], targets[a], targets[b]) for a, b in zip(order, order[1:], strict=False)]
     lengths = [len(seq) for seq in inputs]
     best = [Cluster(tuple(range(len(inputs))), 0)]
     best_cost = _cost(best, lengths)
     for threshold in sorted(set(common) - set(range(MIN_SHARED_TOKENS))):
         clusters, run, run_shared = [], [order[0]], None
-        for row, length in zip(order[1:], common):
+        for row, length in zip(order[1:], common, strict=True):
             if length >= threshold:
                 run.append(row)
                 run_shared = length if run_shared is None else min(run_shared, length)
@@ -155,7 +155,7 @@ class SharedPrefixes:
         rows = [self.rows[j] for j in part]
         index = torch.as_tensor([k for k, _ in rows], device=device)
         prefix_logprobs, *flat = self._leaves
-        cache = kv_cache.from_tensors(self.model, [(k[index], v[index]) for k, v in zip(flat[::2], flat[1::2])])
+        cache = kv_cache.from_tensors(self.model, [(k[index], v[index]) for k, v in zip(flat[::2], flat[1::2], strict=True)])
         own = [self.own[j] for j in part]
         width = max(own)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -177,7 +177,7 @@ class SharedPrefixes:
     def backward(self) -> None:
         """Send the gradients gathered at the leaves through the prefix pass (once every micro-batch
         of its rows has run its backward)."""
-        pairs = [(t, leaf.grad) for t, leaf in zip(self._graph, self._leaves) if leaf is not t and leaf.grad is not None]
+        pairs = [(t, leaf.grad) for t, leaf in zip(self._graph, self._leaves, strict=True) if leaf is not t and leaf.grad is not None]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
         self._graph = self._leaves = []

@@ -321,7 +321,7 @@ def _score(model: Any, lm: LoadedModel, prompts: list[list[int]]) -> list[list[f
     inputs = [prompts[i][:-1] for i in long_prompts]
     targets = [torch.as_tensor(prompts[i][1:]) for i in long_prompts]
     for group, logprobs in scored_batches(model, inputs, targets, lm.pad_token_id, lm.vocab_size):
-        for g, lp in zip(group, logprobs):
+        for g, lp in zip(group, logprobs, strict=True):
             scored[long_prompts[g]] += lp.tolist()
     return scored
 
@@ -349,9 +349,9 @@ def _run_group(requests: list[Request]) -> list[Any]:
     with lora.active(lm, adapter) as model, torch.inference_mode():
         for start in range(0, len(order), MAX_ROWS):
             chunk = order[start : start + MAX_ROWS]
-            for i, result in zip(chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory)):
+            for i, result in zip(chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory), strict=True):
                 generated[i] = result
-        scores = dict(zip(map(id, scored_jobs), _score(model, lm, [job.tokens for job in scored_jobs])))
+        scores = dict(zip(map(id, scored_jobs), _score(model, lm, [job.tokens for job in scored_jobs]), strict=True))
     outputs: list[Any] = []
     position = 0
     for job in jobs:

@@ -87,7 +87,7 @@ def _plain_logprobs(
         logprobs = torch.log_softmax(model(input_ids=ids.to(device)).logits.float(), -1)
         return [
             logprobs[row, :length].gather(-1, target.reshape(length, -1).to(device)).reshape(target.shape)
-            for row, (length, target) in enumerate(zip(lengths, targets))
+            for row, (length, target) in enumerate(zip(lengths, targets, strict=True))
         ]
     labels = torch.zeros((len(inputs), width), dtype=torch.long)
     for row, target in enumerate(targets):

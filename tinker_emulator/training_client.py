@@ -398,12 +398,12 @@ class LocalTrainingClient(TrainingClient):
             try:
                 with lora.active(self._model, self._adapter) as model, torch.set_grad_enabled(backward):
                     for group, logprobs in self._logprobs(model, batch):
-                        losses = [spec.fn(lp, _on(batch.tensors[i], lp.device), resolved) for i, lp in zip(group, logprobs)]
+                        losses = [spec.fn(lp, _on(batch.tensors[i], lp.device), resolved) for i, lp in zip(group, logprobs, strict=True)]
                         loss = torch.stack([elementwise.sum() for elementwise in losses]).sum()
                         if backward:
                             loss.backward()
                         total += float(loss.detach())
-                        outputs.update((i, _outputs(lp, elementwise)) for i, lp, elementwise in zip(group, logprobs, losses))
+                        outputs.update((i, _outputs(lp, elementwise)) for i, lp, elementwise in zip(group, logprobs, losses, strict=True))
             except BaseException:
                 if kept is not None:  # a call that fails part way (out of memory, a bad datum late) adds nothing
                     self._restore_gradients(kept)
@@ -419,7 +419,7 @@ class LocalTrainingClient(TrainingClient):
         return [None if p.grad is None else p.grad.detach().clone() for p in self._params]
 
     def _restore_gradients(self, kept: list[torch.Tensor | None]) -> None:
-        for p, grad in zip(self._params, kept):
+        for p, grad in zip(self._params, kept, strict=True):
             p.grad = grad
 
     def _logprobs(self, model: Any, batch: _Batch) -> Any:
@@ -432,7 +432,7 @@ class LocalTrainingClient(TrainingClient):
         a second pass that backpropagates that gradient into the weights (Tinker's two phases)."""
         with lora.active(self._model, self._adapter) as model:
             with torch.no_grad():
-                scored = {i: lp for group, chunk in self._logprobs(model, batch) for i, lp in zip(group, chunk)}
+                scored = {i: lp for group, chunk in self._logprobs(model, batch) for i, lp in zip(group, chunk, strict=True)}
             leaves = [scored[i].detach().cpu().requires_grad_(True) for i in range(len(scored))]
             if isinstance(loss_fn, LossHandle):
                 loss, metrics = run_loss_handle(loss_fn, batch.data, leaves)
@@ -441,9 +441,9 @@ class LocalTrainingClient(TrainingClient):
             loss.backward()
             grads = [leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves]
             for group, chunk in self._logprobs(model, batch):
-                surrogate = sum((lp * grads[i].to(lp.device)).sum() for i, lp in zip(group, chunk))
+                surrogate = sum((lp * grads[i].to(lp.device)).sum() for i, lp in zip(group, chunk, strict=True))
                 surrogate.backward()
-        outputs = [_outputs(leaf.detach(), leaf.detach() * grad) for leaf, grad in zip(leaves, grads)]
+        outputs = [_outputs(leaf.detach(), leaf.detach() * grad) for leaf, grad in zip(leaves, grads, strict=True)]
         metrics = {key: float(value) for key, value in metrics.items()}
         metrics["surrogate_loss:sum"] = float(sum((o["elementwise_loss"].to_torch().sum() for o in outputs), 0.0))
         metrics["loss:sum"] = float(loss.detach().sum())
@@ -477,7 +477,7 @@ class LocalTrainingClient(TrainingClient):
         self._optimizer.zero_grad(set_to_none=True)
         if not finite:
             with torch.no_grad():
-                for p, saved in zip(self._params, before[0]):
+                for p, saved in zip(self._params, before[0], strict=True):
                     p.copy_(saved)
             self._optimizer.load_state_dict(before[1])
             raise ValueError(

@@ -67,7 +67,7 @@ def check_group(group: Any, *, max_sequences: int, max_token_len: int, vocab_siz
         raise Refused(f"a scored group needs as many tokens, masks, scores and inference_logprobs as it has sequences (>0), got {sizes}")
     if sizes["tokens"] > max_sequences:
         raise Refused(f"a scored group of {sizes['tokens']} sequences is more than a batch ({max_sequences})")
-    for tokens, mask, logprobs, score in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["scores"]):
+    for tokens, mask, logprobs, score in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["scores"], strict=True):
         if not all(isinstance(x, list) for x in (tokens, mask, logprobs)) or not len(tokens) == len(mask) == len(logprobs):
             raise Refused("each sequence needs lists of tokens, mask entries and logprobs of one length")
         if len(tokens) > max_token_len:

@@ -58,7 +58,7 @@ def run_labels(runs: Sequence[SavedRun]) -> list[str]:
         parts = [f"{key}={_short(run.config.get(key))}" for key in keys]
         labels.append(", ".join(parts) if parts else run.name)
     if len(set(labels)) < len(labels):  # identical settings: tell them apart by folder
-        labels = [f"{label} ({run.name})" if keys else label for label, run in zip(labels, runs)]
+        labels = [f"{label} ({run.name})" if keys else label for label, run in zip(labels, runs, strict=True)]
     return labels
 
 
@@ -106,8 +106,8 @@ def comparison_figure(runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARE
     fig = Figure(figsize=(5.2 * len(metrics), 3.6), constrained_layout=True)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     labels = run_labels(runs)
-    for ax, metric in zip(axes, metrics):
-        for index, (run, label) in enumerate(zip(runs, labels)):
+    for ax, metric in zip(axes, metrics, strict=True):
+        for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
             if metric in run.metrics:
                 ax.plot(run.metrics["step"], smooth(run.metrics[metric], smoothing), lw=2, color=f"C{index % 10}", label=label)
         _decorate(ax, metric)
@@ -131,7 +131,7 @@ def live_figure(
     fig = Figure(figsize=(13, 5.4), constrained_layout=True)
     columns = (len(panels) + 1) // 2
     axes = fig.subplots(2, columns, squeeze=False).flat
-    for ax, group in zip(axes, panels):
+    for ax, group in zip(axes, panels, strict=False):
         shown = [metric for metric in group if metric in metrics]
         for metric in shown:
             ax.plot(metrics["step"], metrics[metric], marker="o", ms=3, lw=1.5, label=metric.split("_")[-1] if len(group) > 1 else None)

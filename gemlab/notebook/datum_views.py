@@ -95,7 +95,7 @@ def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 8, title: st
     bottom.axvline(0, color="#444", lw=0.8)
     if tokenizer is not None:
         texts = token_strings([int(t) for t in fields["target_tokens"]][start:], tokenizer)
-        labels = [_tick_label(int(p), t) for p, t in zip(zoom, texts)]
+        labels = [_tick_label(int(p), t) for p, t in zip(zoom, texts, strict=True)]
     else:
         labels = [str(int(p)) for p in zoom]
     bottom.set_yticks(rows, labels, fontsize=9, fontfamily="monospace")

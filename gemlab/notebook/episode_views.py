@@ -64,7 +64,7 @@ TEXT_STYLE = "white-space:pre-wrap; overflow-wrap:break-word; word-break:normal;
 
 
 def _row(cells: Sequence[str], extra: str = "") -> str:
-    return f'<div style="{_ROW}{extra}">' + "".join(f'<div style="{style}">{cell}</div>' for style, cell in zip(_COLUMNS, cells)) + "</div>"
+    return f'<div style="{_ROW}{extra}">' + "".join(f'<div style="{style}">{cell}</div>' for style, cell in zip(_COLUMNS, cells, strict=True)) + "</div>"
 
 
 def episode_html(

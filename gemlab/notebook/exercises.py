@@ -105,7 +105,7 @@ def _close(a: float, b: float) -> bool:
 
 def _assert_lists_close(call: str, got: list[float], expected: list[float], reference: str, hint: str = "") -> None:
     """Raise with a position-by-position table when two lists of numbers differ."""
-    if len(got) == len(expected) and all(_close(g, e) for g, e in zip(got, expected)):
+    if len(got) == len(expected) and all(_close(g, e) for g, e in zip(got, expected, strict=True)):
         return
     lines = [f"{call} differs from {reference}:"]
     if len(got) != len(expected):
@@ -192,7 +192,7 @@ def check_chat_prompt(fn: Callable[[str], str], tokenizer: Any) -> Callable[[str
             if not isinstance(got, str):
                 raise AssertionError(f"{call} should return a str, got {type(got).__name__}")  # noqa: TRY004 (a check failure)
             if got != expected:
-                at = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+                at = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
                 diff = "\n".join(
                     "    " + line
                     for line in difflib.ndiff([repr(x) for x in expected.splitlines(True)], [repr(x) for x in got.splitlines(True)])
@@ -280,7 +280,7 @@ def check_discounted_returns(fn: Callable[[Sequence[float], float], Sequence[flo
             hint = ""
             if got == expected[::-1] and got != expected:
                 hint = "the returns come out reversed: G_0 belongs to the FIRST turn"
-            elif len(got) == len(expected) and gamma not in (0.0, 1.0) and all(_close(g, e) for g, e in zip(got, discounted_returns(rewards[::-1], gamma)[::-1])):
+            elif len(got) == len(expected) and gamma not in (0.0, 1.0) and all(_close(g, e) for g, e in zip(got, discounted_returns(rewards[::-1], gamma)[::-1], strict=True)):
                 hint = "you discounted towards the past; G_t sums the rewards from t onwards"
             _assert_lists_close(call, got, expected, "gemlab.returns.discounted_returns", hint)
         return f"matches gemlab.returns.discounted_returns on {len(cases)} cases."
@@ -306,7 +306,7 @@ def check_rebn(fn: Callable[[Sequence[float]], Sequence[float]]) -> Callable[[Se
             expected = rebn(returns)
             hint = ""
             n = len(returns)
-            if n > 1 and len(got) == n and any(e != 0 for e in expected) and all(_close(g, e * math.sqrt(n / (n - 1))) for g, e in zip(got, expected)):
+            if n > 1 and len(got) == n and any(e != 0 for e in expected) and all(_close(g, e * math.sqrt(n / (n - 1))) for g, e in zip(got, expected, strict=True)):
                 hint = "that is the population std (divide by n); ReBN uses the unbiased std (divide by n - 1), like torch.std"
             elif len(set(returns)) == 1:
                 hint = "when every return is equal the std is 0: the 1e-9 in the denominator makes every advantage 0 (not nan)"

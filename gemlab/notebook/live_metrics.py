@@ -112,7 +112,7 @@ class LiveMetrics:
             last = max(last, first + self.total - 1)
         last = max(last, first + 2)  # at least three whole steps: a lone point gets integer ticks too
         fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
-        for ax, metric in zip(axes[0], self.metrics):
+        for ax, metric in zip(axes[0], self.metrics, strict=True):
             if metric in frame:  # a metric logged every N steps (eval/*) is drawn where it was logged
                 points = frame.dropna(subset=[metric])
                 (line,) = ax.plot(points["step"], points[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)

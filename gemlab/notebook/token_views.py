@@ -86,7 +86,7 @@ def render_tokens(
         finite = [abs(float(v)) for v in values if math.isfinite(float(v))]
         scale = max(finite, default=1.0) or 1.0
     spans = []
-    for index, (token, text) in enumerate(zip(ids, texts)):
+    for index, (token, text) in enumerate(zip(ids, texts, strict=True)):
         tip = f"#{index}  id {token}  {text!r}"
         style = "padding:1px 1px; margin:0 1px 0 0; border-radius:3px; color:#111;"
         if values is not None:

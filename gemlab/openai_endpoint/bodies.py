@@ -26,7 +26,7 @@ def _usage(generation: Generation) -> dict[str, int]:
 
 def _alternatives(top: list[tuple[int, float]], tokenizer: Any) -> list[dict[str, Any]]:
     pieces = token_pieces([t for t, _ in top], tokenizer)
-    return [{"token": p, "logprob": lp, "bytes": list(p.encode("utf-8"))} for p, (_, lp) in zip(pieces, top)]
+    return [{"token": p, "logprob": lp, "bytes": list(p.encode("utf-8"))} for p, (_, lp) in zip(pieces, top, strict=True)]
 
 
 def _top(choice: Choice, start: int, count: int) -> list[list[tuple[int, float]]]:
@@ -42,7 +42,7 @@ def _chat_logprobs(choice: Choice, tokenizer: Any, start: int = 0, count: int | 
     return {
         "content": [
             {"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8")), "top_logprobs": _alternatives(top, tokenizer)}
-            for piece, lp, top in zip(pieces, logprobs, _top(choice, start, count))
+            for piece, lp, top in zip(pieces, logprobs, _top(choice, start, count), strict=True)
         ],
         "refusal": None,
     }

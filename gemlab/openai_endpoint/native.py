@@ -98,7 +98,7 @@ def sglang_response(generation: Generation, tokenizer: Any) -> dict[str, Any] | 
                     "prompt_tokens": len(generation.prompt_token_ids),
                     "completion_tokens": len(choice.token_ids),
                     "cached_tokens": 0,
-                    "output_token_logprobs": [[lp, t, None] for lp, t in zip(choice.logprobs, choice.token_ids)],
+                    "output_token_logprobs": [[lp, t, None] for lp, t in zip(choice.logprobs, choice.token_ids, strict=True)],
                     "sampler_version": generation.sampler_version,
                 },
             }
@@ -113,7 +113,7 @@ def vllm_response(generation: Generation, tokenizer: Any) -> dict[str, Any]:
     for choice in generation.choices:
         rows = choice.top_logprobs or [[] for _ in choice.token_ids]
         logprobs.append(
-            [[{str(t): lp, **{str(a): alp for a, alp in top if a != t}}] for t, lp, top in zip(choice.token_ids, choice.logprobs, rows)]
+            [[{str(t): lp, **{str(a): alp for a, alp in top if a != t}}] for t, lp, top in zip(choice.token_ids, choice.logprobs, rows, strict=True)]
         )
     return {
         "text": [c.text for c in generation.choices],

@@ -46,7 +46,7 @@ def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
         rows = []
         for mode, temperature in MODES.items():
             result = await evaluate_sampler(sampler, trainer.tokenizer, trainer.template, trainer.config, num_games, temperature=temperature)
-            rows.append({"step": trainer.step_index, "mode": mode, **summarize(list(zip(result.wins, result.num_turns)))})
+            rows.append({"step": trainer.step_index, "mode": mode, **summarize(list(zip(result.wins, result.num_turns, strict=True)))})
         return rows
 
     rows = trainer.run_on_loop(both_modes())

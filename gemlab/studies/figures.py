@@ -256,7 +256,7 @@ def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     envs = [env for env in ENVIRONMENTS if any(name.startswith(f"{env}-") for name in groups)]
     fig, axes = _env_panels(len(envs), 7.5, 4.5)
     frames = _frames(groups)
-    for ax, env in zip(axes, envs):  # methods in METHODS order, so each keeps its colour of the tuning figure
+    for ax, env in zip(axes, envs, strict=True):  # methods in METHODS order, so each keeps its colour of the tuning figure
         mine = {METHOD_LABELS[method]: frames[f"{env}-{method}"] for method in METHODS if f"{env}-{method}" in frames}
         plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=ENVIRONMENT_TITLES[env], band="ci95")
         ax.set_ylim(0, 1.02)
@@ -269,11 +269,11 @@ def tuning_figure(folder: str | Path) -> Any:
     arms, source = arm_outcomes(folder, "success")
     envs = [env for env in ENVIRONMENTS if any(arm.startswith(f"{env}-") for arm in arms)]
     fig, axes = _env_panels(len(envs), 6.5, 4)
-    for ax, env in zip(axes, envs):
+    for ax, env in zip(axes, envs, strict=True):
         for method in METHODS:
             points = [(lr, np.mean(list(arms[f"{env}-{method}-lr{lr:g}"].values()))) for lr in LEARNING_RATES if f"{env}-{method}-lr{lr:g}" in arms]
             if points:
-                ax.plot(*zip(*points), marker="o", label=METHOD_LABELS[method])
+                ax.plot(*zip(*points, strict=True), marker="o", label=METHOD_LABELS[method])
         ax.set(xscale="log", xlabel="learning rate", ylabel=f"success ({source})", title=ENVIRONMENT_TITLES[env], ylim=(0, 1.02))
         ax.legend()
     fig.suptitle("Learning-rate sweep (tuning seeds only)")
@@ -287,7 +287,7 @@ def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     labelled = {label: groups[f"smollm2-{method}"] for method, label in SMOLLM2_LABELS.items() if f"smollm2-{method}" in groups}
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.5), constrained_layout=True)
     plots.plot_seed_bands(_frames(labelled), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title="Training rollouts on the 57 training sums", band="ci95")
-    for ax, mode in zip(axes[1:], ("sampled", "greedy")):
+    for ax, mode in zip(axes[1:], ("sampled", "greedy"), strict=True):
         _eval_curves(ax, labelled, "success", mode)
         ax.set_title(f"Held-out sums, {mode} (95% CI of the mean)")
     left, right = min(ax.get_xlim()[0] for ax in axes), max(ax.get_xlim()[1] for ax in axes)

@@ -85,8 +85,8 @@ def game_states(env_id: str, skill: float, seed: int, tokenizer: Any) -> Iterato
         def teacher(observation: str) -> str:  # bisects, except with probability 1 - skill
             nonlocal low, high
             middle = (low + high) // 2
-            guess = middle if rng.random() < skill else rng.choice(numbers)
-            states.append(GameState(template.render(observation, tokenizer), middle, guess, numbers))
+            guess = middle if rng.random() < skill else rng.choice(numbers)  # noqa: B023  # teacher plays this game only
+            states.append(GameState(template.render(observation, tokenizer), middle, guess, numbers))  # noqa: B023
             if guess < game.game_number:
                 low = max(low, guess + 1)
             elif guess > game.game_number:
@@ -141,7 +141,7 @@ def _batch(
     labels = torch.full((len(states), length), -100)
     positions = torch.zeros(len(states), dtype=torch.long)
     targets = torch.zeros((len(states), len(tokenizer)))
-    for row, (state, tokens) in enumerate(zip(states, sequences)):
+    for row, (state, tokens) in enumerate(zip(states, sequences, strict=True)):
         start = len(state.prompt)
         inputs[row, : len(tokens)] = torch.tensor(tokens)
         mask[row, : len(tokens)] = 1

@@ -98,7 +98,7 @@ def guesses_within_hints(env_id: str, games: list[list[int]]) -> tuple[int, int]
     player reads the hints (GuessTheNumber: "higher" or "lower" than each guess)."""
     envs = make_envs(env_id, len(games), seed=EVAL_SEED, env_wrappers="")
     within = later = 0
-    for env, reset_seed, guesses in zip(envs, reset_seeds(len(games)), games):
+    for env, reset_seed, guesses in zip(envs, reset_seeds(len(games)), games, strict=True):
         env.reset(seed=reset_seed)
         secret, low, high = env.unwrapped.game_number, env.unwrapped.min_number, env.unwrapped.max_number
         for turn, guess in enumerate(guesses):
@@ -159,7 +159,7 @@ def report(folder: Path, figure: Path | None) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, rollouts) = plt.subplots(1, 2, figsize=(13, 4.4), gridspec_kw={"width_ratios": [3, 2]})
-    for (record, points), path in zip(seeds, sorted(p for p in folder.glob("seed*") if (p / "eval.json").exists())):
+    for (record, points), path in zip(seeds, sorted(p for p in folder.glob("seed*") if (p / "eval.json").exists()), strict=False):
         line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", alpha=0.7, label=f"seed {record['seed']}")
         metrics = read_run(path).metrics.dropna(subset=["sampler/success_rate"])  # the step rows (step 0's holds the warm-up's scores)
         rollouts.plot(metrics["step"] + 1, metrics["sampler/success_rate"], marker=".", alpha=0.7, color=line.get_color())

@@ -51,7 +51,7 @@ async def first_turns(trainer: Trainer, temperature: float, count: int) -> tuple
     )
     texts = [tokenizer.decode(r.sequences[0].tokens) for r in responses]
     blocks = sum("```python" in text for text in texts)
-    right = sum(bool(re.search(rf"print\(\s*{a}\s*\*\s*{b}\s*\)", text)) for text, (a, b) in zip(texts, pairs))
+    right = sum(bool(re.search(rf"print\(\s*{a}\s*\*\s*{b}\s*\)", text)) for text, (a, b) in zip(texts, pairs, strict=True))
     return blocks, right, texts[0]
 
 

@@ -56,7 +56,7 @@ def test_save_state_round_trip_is_exact(service, training, prompt):
     resumed = service.create_training_client_from_state_with_optimizer(saved.path).result()
     for client in (training, other, resumed):
         train_step(client, prompt, [3, 4])
-    for a, b, c in zip(weights(training), weights(other), weights(resumed)):
+    for a, b, c in zip(weights(training), weights(other), weights(resumed), strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
 
 
@@ -81,7 +81,7 @@ def test_state_saved_on_a_gpu_resumes_on_a_cpu(service, training, prompt):
     resumed = service.create_training_client_from_state_with_optimizer(saved.path).result()
     for client in (training, resumed):
         train_step(client, prompt, [3, 4])
-    assert all(torch.equal(a, b) for a, b in zip(weights(training), weights(resumed)))
+    assert all(torch.equal(a, b) for a, b in zip(weights(training), weights(resumed), strict=True))
 
 
 def test_load_state_restores_weights_and_restarts_the_optimizer(service, training, prompt):
@@ -118,8 +118,8 @@ def test_samplers_keep_their_snapshot_while_training_goes_on(service, training, 
 def test_same_seed_same_run(service, prompt):
     runs = [service.create_lora_training_client(base_model=TINY, rank=4, seed=77).result() for _ in range(2)]
     other = service.create_lora_training_client(base_model=TINY, rank=4, seed=78).result()
-    assert all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(runs[1])))
-    assert not all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(other)))
+    assert all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(runs[1]), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(other), strict=True))
     samples = []
     for run in runs:
         train_step(run, prompt)
@@ -127,7 +127,7 @@ def test_same_seed_same_run(service, prompt):
         samples.append(
             sampler.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=8)).result()
         )
-    assert all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(runs[1])))
+    assert all(torch.equal(a, b) for a, b in zip(weights(runs[0]), weights(runs[1]), strict=True))
     assert [s.tokens for s in samples[0].sequences] == [s.tokens for s in samples[1].sequences]
 
 

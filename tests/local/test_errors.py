@@ -151,7 +151,7 @@ def test_a_forward_backward_that_fails_part_way_adds_no_gradient(training, promp
     monkeypatch.setattr(training_client, "scored_batches", one_then_out_of_memory)
     with pytest.raises(MemoryError):
         training.forward_backward([datum], "importance_sampling").result()
-    assert all(torch.equal(p.grad, kept) for p, kept in zip(training._params, before))
+    assert all(torch.equal(p.grad, kept) for p, kept in zip(training._params, before, strict=True))
     monkeypatch.undo()
     fresh = training.forward_backward([datum], "importance_sampling")  # and the client goes on
     assert fresh.result().metrics["loss:sum"] != 0

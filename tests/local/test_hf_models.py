@@ -84,7 +84,7 @@ def test_cached_qwen3_trains_by_name(hub_cache, tmp_path):
     out = training.forward_backward(data, "importance_sampling").result()
     training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
     assert torch.isfinite(torch.tensor(out.metrics["loss:sum"]))
-    assert any(not torch.equal(a, b) for a, b in zip(before, training._params))
+    assert any(not torch.equal(a, b) for a, b in zip(before, training._params, strict=True))
 
 
 def test_absent_name_is_refused_naming_what_is_here(hub_cache):

@@ -98,7 +98,7 @@ def test_the_sdk_trains_saves_samples_and_resumes_over_http(client_run: dict, se
     assert client_run["by_path"] >= 1
     assert client_run["prompt_logprobs"][0] is None and len(client_run["prompt_logprobs"]) == 7
     tokens, logprobs, top = client_run["greedy"]  # top-k of each sampled token: greedy picks the first
-    assert len(top) == len(tokens) and all(len(row) == 2 and row[0][0] == t for t, row in zip(tokens, top))
+    assert len(top) == len(tokens) and all(len(row) == 2 and row[0][0] == t for t, row in zip(tokens, top, strict=True))
     assert [row[0][1] for row in top] == pytest.approx(logprobs) and all(row[0][1] >= row[1][1] for row in top)
     assert client_run["checkpoints"] == ["sampler_weights/w1", "weights/s1"]
     assert client_run["weights_info_rank"] == 4 and client_run["sampler_base"] == "gemlab/tiny"

@@ -61,7 +61,7 @@ def test_a_keys_one_request_waits_for_one_of_anothers_not_its_whole_queue(tmp_pa
             release.set()
         assert [answer.status_code for answer in queued] == [200] * 5
         keys = [KEYS[0]] * 4 + [KEYS[1]]
-        assert all("error" not in result(client, a.json()["request_id"], k) for a, k in zip(queued, keys))
+        assert all("error" not in result(client, a.json()["request_id"], k) for a, k in zip(queued, keys, strict=True))
     # the second key's step ran after one of the first key's four, and the first key's kept their order
     assert ran == [runs[0], runs[1], runs[0], runs[0], runs[0]]
 

@@ -29,7 +29,7 @@ def test_a_sampling_cache_under_autocast_stores_bfloat16_grows_in_place_and_chan
         ours = kv_cache.for_sampling(model)
     theirs = DynamicCache(config=model.config) if kv_cache._BUILT_FROM_PAIRS else DynamicCache()
     (our_logits, ours), (their_logits, theirs) = _decode(model, ours, ids), _decode(model, theirs, ids)
-    for a, b in zip(our_logits, their_logits):
+    for a, b in zip(our_logits, their_logits, strict=True):
         assert torch.equal(a, b)  # the attention reads bfloat16 keys either way
     keys, values = kv_cache.tensors(ours)[0]
     assert keys.dtype == values.dtype == torch.bfloat16 and kv_cache.tensors(theirs)[0][0].dtype == torch.float32

@@ -100,7 +100,7 @@ def _data(training, prompt):
     probe = [rl_datum(prompt, a, [0.0] * len(a), 1.0) for a in actions]
     current = training.forward(probe, "importance_sampling").result().loss_fn_outputs
     data = []
-    for action, out, advantage in zip(actions, current, (1.5, -0.7)):
+    for action, out, advantage in zip(actions, current, (1.5, -0.7), strict=True):
         lp = out["logprobs"].to_torch()[-len(action) :]
         datum = rl_datum(prompt, action, (lp + 0.4 * torch.randn(len(action))).tolist(), advantage)
         weights = torch.zeros(datum.model_input.length)
@@ -141,7 +141,7 @@ def test_builtin_loss_matches_formula_and_autograd(training, prompt, name):
     hand_total = 0.0
     lo, hi = DEFAULT_CLIPS.get(name, (None, None))
     full_config = {"clip_low_threshold": lo, "clip_high_threshold": hi, **config}
-    for datum, out in zip(data, result.loss_fn_outputs):
+    for datum, out in zip(data, result.loss_fn_outputs, strict=True):
         lp = out["logprobs"].to_torch()
         inputs = {k: v.to_torch().float() for k, v in datum.loss_fn_inputs.items()}
         expected = formula(name, lp, inputs, full_config)
@@ -151,7 +151,7 @@ def test_builtin_loss_matches_formula_and_autograd(training, prompt, name):
     reference = _autograd_reference(training, data, name, full_config)
     assert sum(float(g.abs().sum()) for g in reference) > 0
     scale = max(float(g.abs().max()) for g in reference)  # float32 sums in another order: noise ~1e-6 of it
-    for a, b in zip(got, reference):
+    for a, b in zip(got, reference, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * scale)
 
 
@@ -161,7 +161,7 @@ def test_clipping_is_active_in_ppo_test_data(training, prompt):
     data = _data(training, prompt)
     out = training.forward(data, "ppo").result().loss_fn_outputs
     ratios = torch.cat(
-        [torch.exp(o["logprobs"].to_torch() - d.loss_fn_inputs["logprobs"].to_torch())[-3:] for o, d in zip(out, data)]
+        [torch.exp(o["logprobs"].to_torch() - d.loss_fn_inputs["logprobs"].to_torch())[-3:] for o, d in zip(out, data, strict=True)]
     )
     assert bool((ratios < 0.8).any() or (ratios > 1.2).any()) and bool(((ratios > 0.8) & (ratios < 1.2)).any())
 
@@ -172,12 +172,12 @@ def test_gradients_accumulate_until_optim_step(training, prompt):
     training.forward_backward(data, "cross_entropy").result()
     once = grads(training)
     training.forward_backward(data, "cross_entropy").result()
-    for a, b in zip(grads(training), once):
+    for a, b in zip(grads(training), once, strict=True):
         torch.testing.assert_close(a, 2 * b)
     before = weights(training)
     training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
     assert all(p.grad is None for p in training._params)
-    assert any(not torch.equal(a, b) for a, b in zip(weights(training), before))
+    assert any(not torch.equal(a, b) for a, b in zip(weights(training), before, strict=True))
 
 
 def test_forward_computes_no_gradient(training, prompt):
@@ -190,7 +190,7 @@ def test_optim_step_is_torch_adamw_with_clipping(training, prompt):
     nudge(training, prompt)
     training.forward_backward([sft_datum(prompt, [8, 9])], "cross_entropy").result()
     params = [w.clone().requires_grad_(True) for w in weights(training)]
-    for p, g in zip(params, grads(training)):
+    for p, g in zip(params, grads(training), strict=True):
         p.grad = g.clone()
     adam = types.AdamParams(learning_rate=3e-3, beta1=0.8, beta2=0.9, eps=1e-8, weight_decay=0.1, grad_clip_norm=0.5)
     # the reference optimizer resumes from the client's state (one step already taken by nudge)
@@ -203,7 +203,7 @@ def test_optim_step_is_torch_adamw_with_clipping(training, prompt):
     reference.step()
     response = training.optim_step(adam).result()
     assert math.isclose(response.metrics["grad_norm:mean"], float(norm), rel_tol=1e-5)
-    for a, b in zip(weights(training), params):
+    for a, b in zip(weights(training), params, strict=True):
         torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-7)
 
 
@@ -218,16 +218,16 @@ def test_forward_backward_custom_matches_builtin(service, training, prompt):
     def custom(batch, logprobs_list):
         loss = sum(
             (-torch.exp(lp - d.loss_fn_inputs["logprobs"].to_torch()) * d.loss_fn_inputs["advantages"].to_torch()).sum()
-            for d, lp in zip(batch, logprobs_list)
+            for d, lp in zip(batch, logprobs_list, strict=True)
         )
         return loss, {"custom/tokens:sum": float(sum(len(lp) for lp in logprobs_list))}
 
     result = training.forward_backward_custom(data, custom).result()
     assert math.isclose(result.metrics["loss:sum"], builtin.metrics["loss:sum"], rel_tol=1e-5)
     assert result.metrics["custom/tokens:sum"] == sum(d.model_input.length for d in data)
-    for a, b in zip(grads(training), expected):
+    for a, b in zip(grads(training), expected, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-    for out, ref in zip(result.loss_fn_outputs, builtin.loss_fn_outputs):
+    for out, ref in zip(result.loss_fn_outputs, builtin.loss_fn_outputs, strict=True):
         torch.testing.assert_close(out["logprobs"].to_torch(), ref["logprobs"].to_torch())
 
 
@@ -244,7 +244,7 @@ def test_custom_loss_handle(service, training, prompt):
         p.grad = None
     builtin = training.forward_backward(data, "cross_entropy").result()
     assert math.isclose(custom.metrics["loss:sum"], builtin.metrics["loss:sum"], rel_tol=1e-5)
-    for a, b in zip(via_custom, grads(training)):
+    for a, b in zip(via_custom, grads(training), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
 
 
@@ -265,7 +265,7 @@ def test_cross_entropy_takes_two_dimensional_targets(training, prompt):
         p.grad = None
     narrow = [
         types.Datum(model_input=wide.model_input, loss_fn_inputs={"target_tokens": c, "weights": w})
-        for c, w in zip(columns, column_weights)
+        for c, w in zip(columns, column_weights, strict=True)
     ]
     reference = training.forward_backward(narrow, "cross_entropy").result()
     lp = result.loss_fn_outputs[0]["logprobs"].to_torch()
@@ -274,7 +274,7 @@ def test_cross_entropy_takes_two_dimensional_targets(training, prompt):
         torch.testing.assert_close(lp[:, k], out["logprobs"].to_torch(), rtol=1e-5, atol=1e-6)
     assert math.isclose(result.metrics["loss:sum"], reference.metrics["loss:sum"], rel_tol=1e-5)
     scale = max(float(g.abs().max()) for g in wide_grads)  # float32 sums in another order
-    for a, b in zip(wide_grads, grads(training)):
+    for a, b in zip(wide_grads, grads(training), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5 * scale)
     bad = types.Datum(
         model_input=wide.model_input,

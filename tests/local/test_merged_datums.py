@@ -42,7 +42,7 @@ def test_merged_conversations_train_as_their_turns(training, prompt, monkeypatch
     places = [(e, t) for e in range(2) for t in range(3)]
     merged, placements = policy_gradient_datums(turns, advantages, places)
     assert len(merged) == 2
-    per_turn = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(turns, advantages)]
+    per_turn = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(turns, advantages, strict=True)]
 
     def run(data):
         out = training.forward_backward(data, loss_fn).result()
@@ -55,9 +55,9 @@ def test_merged_conversations_train_as_their_turns(training, prompt, monkeypatch
     assert merged_out.metrics["loss:sum"] == pytest.approx(turn_out.metrics["loss:sum"], abs=1e-5)
     largest = max(float(g.abs().max()) for g in turn_grads)
     assert largest > 0
-    for a, b in zip(merged_grads, turn_grads):
+    for a, b in zip(merged_grads, turn_grads, strict=True):
         assert float((a - b).abs().max()) <= 1e-5 * largest
-    for placement, own in zip(placements, turn_out.loss_fn_outputs):
+    for placement, own in zip(placements, turn_out.loss_fn_outputs, strict=True):
         view = turn_output(merged_out.loss_fn_outputs[placement.datum], placement)
         torch.testing.assert_close(view["logprobs"].to_torch(), own["logprobs"].to_torch(), rtol=0, atol=1e-5)
         torch.testing.assert_close(view["elementwise_loss"].to_torch(), own["elementwise_loss"].to_torch(), rtol=0, atol=1e-6)

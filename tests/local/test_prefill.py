@@ -36,9 +36,9 @@ def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
     prompts = [prefix + [3], prefix + [4, 5, 6], prefix + [7, 8], prefix + [9] * 5]
     batched = generate(model, _rows(prompts), pad, str)
     alone = [generate(model, _rows([p], seed=i), pad, str)[0] for i, p in enumerate(prompts)]
-    for b, a in zip(batched, alone):
+    for b, a in zip(batched, alone, strict=True):
         assert b.tokens == a.tokens
-        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
+        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs, strict=True)) < 1e-4
 
 
 def assert_shared_equals_plain(monkeypatch, model, inputs, targets, vocab_size=1 << 10):
@@ -51,16 +51,16 @@ def assert_shared_equals_plain(monkeypatch, model, inputs, targets, vocab_size=1
         model.zero_grad()
         lps = {}
         for rows, logprobs in scoring.scored_batches(model, inputs, targets, 0, vocab_size):
-            sum((lp * (i + 1)).sum() for i, lp in zip(rows, logprobs)).backward()
-            lps.update((i, lp.detach()) for i, lp in zip(rows, logprobs))
+            sum((lp * (i + 1)).sum() for i, lp in zip(rows, logprobs, strict=True)).backward()
+            lps.update((i, lp.detach()) for i, lp in zip(rows, logprobs, strict=True))
         assert sorted(lps) == list(range(len(inputs)))
         return [lps[i] for i in range(len(inputs))], [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
     (shared_lp, shared_grad), (plain_lp, plain_grad) = run(True), run(False)
-    for a, b in zip(shared_lp, plain_lp):
+    for a, b in zip(shared_lp, plain_lp, strict=True):
         assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5)
     assert len(shared_grad) == len(plain_grad) > 0
-    for a, b in zip(shared_grad, plain_grad):
+    for a, b in zip(shared_grad, plain_grad, strict=True):
         assert (a - b).abs().max() <= 1e-4 * b.abs().max() + 1e-7, float((a - b).abs().max() / b.abs().max())
 
 
@@ -99,9 +99,9 @@ def test_rows_with_the_same_prompt_run_it_once_and_sample_as_they_would_alone(mo
     batched = generate(model, _rows(prompts), pad, str)
     assert rows_in_passes[:2] == [1, 3]  # the shared prefix once, then the three problems' own tokens
     alone = [generate(model, _rows([p], seed=i), pad, str)[0] for i, p in enumerate(prompts)]
-    for b, a in zip(batched, alone):
+    for b, a in zip(batched, alone, strict=True):
         assert b.tokens == a.tokens
-        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs)) < 1e-4
+        assert max(abs(x - y) for x, y in zip(b.logprobs, a.logprobs, strict=True)) < 1e-4
 
 
 def test_the_sharing_plan_runs_each_groups_problem_once_and_leaves_a_lone_row_plain():

@@ -30,7 +30,7 @@ def test_sampler_logprobs_equal_training_logprobs(trained, prompt):
     response = sampling.sample(types.ModelInput.from_ints(prompt), 4, params(max_tokens=16, seed=3)).result()
     data = [rl_datum(prompt, s.tokens, s.logprobs, 1.0) for s in response.sequences]
     outputs = training.forward(data, "importance_sampling").result().loss_fn_outputs
-    for seq, out in zip(response.sequences, outputs):
+    for seq, out in zip(response.sequences, outputs, strict=True):
         learner = out["logprobs"].to_torch()[-len(seq.tokens) :]
         sampler_lp = torch.tensor(seq.logprobs)
         torch.testing.assert_close(learner, sampler_lp, rtol=0, atol=1e-4)
@@ -115,7 +115,7 @@ def test_concurrent_requests_run_as_one_batch(monkeypatch, trained, prompt):
     assert calls == [32]
     alone = [sampling.sample(types.ModelInput.from_ints(p), 1, params(seed=i)).result() for i, p in enumerate(prompts)]
     assert calls == [32] + [1] * 32
-    for x, y in zip(batched, alone):
+    for x, y in zip(batched, alone, strict=True):
         assert x.sequences[0].tokens == y.sequences[0].tokens
         torch.testing.assert_close(x.sequences[0].logprobs, y.sequences[0].logprobs, rtol=0, atol=1e-4)
 

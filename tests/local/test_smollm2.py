@@ -45,7 +45,7 @@ def test_smollm2_samples_and_trains(tmp_path):
     # float32: sampler and learner agree to float rounding; bfloat16 (chosen where this CPU multiplies
     # it fast) rounds each pass to 8 bits of mantissa: about 0.03 nats apart on average
     bf16 = training._model.dtype == torch.bfloat16
-    for seq, out in zip(response.sequences, result.loss_fn_outputs):
+    for seq, out in zip(response.sequences, result.loss_fn_outputs, strict=True):
         difference = (out["logprobs"].to_torch()[-len(seq.tokens) :] - torch.tensor(seq.logprobs)).abs()
         assert float(difference.mean() if bf16 else difference.max()) < (0.1 if bf16 else 1e-3)
     assert training.optim_step(types.AdamParams(learning_rate=1e-4)).result().metrics["grad_norm:mean"] > 0

@@ -35,7 +35,7 @@ def _conversations(sampler, first_prompts, reply, turns=3):
                 for i, p in enumerate(prompts)
             ])
             played.append(responses)
-            prompts = [p + list(r.sequences[0].tokens) + reply[i % 3 :] for i, (p, r) in enumerate(zip(prompts, responses))]
+            prompts = [p + list(r.sequences[0].tokens) + reply[i % 3 :] for i, (p, r) in enumerate(zip(prompts, responses, strict=True))]
         return played
 
     return asyncio.run(play())
@@ -71,8 +71,8 @@ def test_a_conversation_prefills_only_new_tokens_and_samples_as_without_the_cach
     monkeypatch.setenv(BUDGET_ENV, "0")
     plain = _conversations(sampler, firsts, reply)
     assert turns.hits - hits == 2 * len(firsts)  # nothing kept, nothing found
-    for turn_cached, turn_plain in zip(cached, plain):
-        for a, b in zip(turn_cached, turn_plain):
+    for turn_cached, turn_plain in zip(cached, plain, strict=True):
+        for a, b in zip(turn_cached, turn_plain, strict=True):
             assert a.sequences[0].tokens == b.sequences[0].tokens
             torch.testing.assert_close(a.sequences[0].logprobs, b.sequences[0].logprobs, rtol=0, atol=1e-5)
     adapter = sampler._adapter
@@ -119,14 +119,14 @@ def test_kept_turns_mix_with_a_shared_prefix_and_repeated_prompts(monkeypatch):
     firsts = [prefix + [3], prefix + [4, 5, 6]]
     memory = Memory(TurnCache(), None, ())
     turn_one = generate(model, _rows(firsts, 0), pad, str, memory)
-    continued = [p + r.tokens + [7, 8, 9][: i + 1] for i, (p, r) in enumerate(zip(firsts, turn_one))]
+    continued = [p + r.tokens + [7, 8, 9][: i + 1] for i, (p, r) in enumerate(zip(firsts, turn_one, strict=True))]
     prompts = continued + [prefix + [20, 21], prefix + [22], prefix + [22]]
     with_memory = generate(model, _rows(prompts, 100), pad, str, memory)
     assert memory.cache.hits == 2
     without = generate(model, _rows(prompts, 100), pad, str)
-    for a, b in zip(with_memory, without):
+    for a, b in zip(with_memory, without, strict=True):
         assert a.tokens == b.tokens
-        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-5
 
 
 def _pairs(tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

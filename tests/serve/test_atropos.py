@@ -81,7 +81,7 @@ def test_managed_server_tracks_every_turn_as_the_endpoint_sampled_it(service, se
     assert backlog == [] and len(group["tokens"]) == 3
     requests = recorder.records()
     assert len(requests) >= 3 and all(r.sampler_version == 4 and r.id.startswith("gen-") for r in requests)  # all through /generate
-    for tokens, mask, logprobs, messages in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["messages"]):
+    for tokens, mask, logprobs, messages in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["messages"], strict=True):
         replies = [m for m in messages if m["role"] == "assistant"]
         spans = turns(mask)
         assert len(spans) == len(replies) >= 1  # one written run per reply
@@ -89,7 +89,7 @@ def test_managed_server_tracks_every_turn_as_the_endpoint_sampled_it(service, se
             match = [r for r in requests if r.prompt_token_ids == tokens[:start] and r.choices[0].token_ids == tokens[start:end]]
             assert match, f"turn {start}:{end} is not a sample the endpoint drew"
             assert logprobs[start:end] == match[0].choices[0].logprobs
-        assert all(lp == 1.0 for lp, m in zip(logprobs, mask) if m == -100)  # atroposlib's filler
+        assert all(lp == 1.0 for lp, m in zip(logprobs, mask, strict=True) if m == -100)  # atroposlib's filler
 
 
 @pytest.mark.slow

@@ -41,7 +41,7 @@ def test_sglang_shape_answers_each_sample_with_its_tokens_logprobs_and_finish(se
     record = recorder.records()[-1]
     assert record.prompt_token_ids == prompt_ids
     eot = set(sampler.get_tokenizer().convert_tokens_to_ids(["<|im_end|>"]))
-    for sample, choice in zip(samples, record.choices):
+    for sample, choice in zip(samples, record.choices, strict=True):
         meta = sample["meta_info"]
         assert [t for _, t, _ in meta["output_token_logprobs"]] == sample["output_ids"] == choice.token_ids
         assert [lp for lp, _, _ in meta["output_token_logprobs"]] == choice.logprobs
@@ -72,7 +72,7 @@ def test_vllm_shape_answers_per_sample_id_logprob_pairs(served, prompt_ids) -> N
     assert body["prompt_token_ids"] == prompt_ids and body["sampler_version"] == 3
     assert body["token_ids"] == [c.token_ids for c in record.choices]
     assert body["finish_reasons"] == [c.finish_reason for c in record.choices]
-    for rows, choice in zip(body["logprobs"], record.choices):
+    for rows, choice in zip(body["logprobs"], record.choices, strict=True):
         assert [int(next(iter(row[0]))) for row in rows] == choice.token_ids
         assert [next(iter(row[0].values())) for row in rows] == choice.logprobs
 

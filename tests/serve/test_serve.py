@@ -266,7 +266,7 @@ def test_an_openai_agent_plays_a_gem_game_and_its_episode_trains(client, served,
     assert [t.reward for t in episode.transitions] == [r for _, r in steps]
     datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, 1.0) for t in episode.transitions]
     output = training.forward(datums, "importance_sampling").result()
-    for transition, out in zip(episode.transitions, output.loss_fn_outputs):
+    for transition, out in zip(episode.transitions, output.loss_fn_outputs, strict=True):
         learner = np.asarray(out["logprobs"].tolist())[-len(transition.act_tokens) :]
         assert np.abs(learner - np.asarray(transition.act_logprobs)).max() < 1e-4
 

@@ -61,7 +61,7 @@ def test_binary_search_matches_games_played_in_gem(n, max_turns):
     stats = binary_search(n, max_turns)
     assert stats.turns == Fraction(sum(turns), n)
     assert stats.win_rate == Fraction(sum(wins), n)
-    assert stats.turns_when_won == Fraction(sum(t for t, w in zip(turns, wins) if w), sum(wins))
+    assert stats.turns_when_won == Fraction(sum(t for t, w in zip(turns, wins, strict=True) if w), sum(wins))
 
 
 @pytest.mark.parametrize("n,max_turns", [(1, 1), (3, 1), (4, 2), (6, 3), (7, 7), (8, 3)])

@@ -42,7 +42,7 @@ def test_study_runs_cover_the_issue():
     tuning = [run.config for run in study_runs("tuning", "/x", environments=["guess"])]
     assert {c.seed for c in tuning} == set(TUNING_SEEDS) and len({c.learning_rate for c in tuning}) >= 3
     assert not set(TUNING_SEEDS) & {c.seed for c in gamma}  # rates are chosen on seeds the comparison never sees
-    rates = {f"{env}-{m}": lr for env in ("guess", "guess20", "products", "sums") for m, lr in zip(("reinforce", "rebn", "grpo", "ppo"), (1e-3, 2e-3, 4e-3, 1e-3))}
+    rates = {f"{env}-{m}": lr for env in ("guess", "guess20", "products", "sums") for m, lr in zip(("reinforce", "rebn", "grpo", "ppo"), (1e-3, 2e-3, 4e-3, 1e-3), strict=True)}
     algorithms = {run.name: run.config for run in study_runs("algorithms", "/x", seeds=[0], learning_rates=rates)}
     assert len(algorithms) == 16  # two multi-turn games and two single-turn tasks, four methods
     assert {algorithms["guess-grpo-seed0"].gamma, algorithms["products-grpo-seed0"].group_size} == {1.0, 8}
