@@ -189,7 +189,7 @@ def report(folder: Path, level: float, plot: Path | None) -> None:
     print(f"{folder}: seeds {seeds}; plateau: the last {WINDOW * ANSWERS_PER_STEP} answers sampled at {level} or more; 95% bootstrap intervals over seeds")
     print(f"| | {' | '.join(rows['sync'][0])} |\n|---|{'---|' * len(rows['sync'][0])}")
     for name in rows:
-        for s, row in zip(seeds, rows[name], strict=False):
+        for s, row in zip(seeds, rows[name], strict=True):
             print(f"| {name} seed {s} | " + " | ".join(f"{v:.3g}" for v in row.values()) + " |")
     for name in rows:
         cells = []
@@ -219,7 +219,7 @@ def draw(runs: dict[str, list[dict[str, np.ndarray]]], level: float, path: Path)
 
     n = WINDOW * ANSWERS_PER_STEP
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for (name, series), color in zip(runs.items(), ("tab:blue", "tab:orange"), strict=False):
+    for (name, series), color in zip(runs.items(), ("tab:blue", "tab:orange"), strict=True):
         grid = np.linspace(0, max(s["update_s"][-1] for s in series), 200)
         curves = []
         for s in series:
