@@ -130,7 +130,8 @@ class AsyncRollouts:
                 index = self._next_index
                 async with self._published:
                     await self._published.wait_for(
-                        lambda: self._closing or (self._latest is not None and self._latest[1] >= index - self.max_staleness)  # noqa: B023
+                        lambda: self._closing
+                        or (self._latest is not None and self._latest[1] >= index - self.max_staleness)  # noqa: B023
                     )
                     if self._closing:
                         return

@@ -418,7 +418,10 @@ from gemlab.saved_runs import RunFolderError
 from gemlab.studies.definitions import study_runs
 from gemlab.studies.runner import run_studies
 import chz
-runs = [dataclasses.replace(r, config=chz.replace(r.config, batch_size=8, num_env=4)) for r in study_runs("gamma", sys.argv[1], steps=3, seeds=[0], eval_every=0)]
+runs = [
+    dataclasses.replace(r, config=chz.replace(r.config, batch_size=8, num_env=4))
+    for r in study_runs("gamma", sys.argv[1], steps=3, seeds=[0], eval_every=0)
+]
 try:
     run_studies(runs, progress=False)
 except RunFolderError as error:

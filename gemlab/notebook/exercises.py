@@ -232,7 +232,10 @@ def check_binary_search_policy(fn: Callable[[str], str]) -> Callable[[str], str]
         def policy(observation: str) -> str:
             action = _call(fn, "binary_search_policy", observation)
             if not isinstance(action, str):
-                raise AssertionError(f"binary_search_policy should return the action text (a str), got {type(action).__name__}: {_short(action)}")  # noqa: TRY004 (a check failure)
+                raise AssertionError(  # noqa: TRY004 (a check failure)
+                    f"binary_search_policy should return the action text (a str), got {type(action).__name__}: "
+                    f"{_short(action)}"
+                )
             return action
 
         state = random.getstate()

@@ -120,7 +120,8 @@ _OUTPUT_SIZES_JS = """panel => [...panel.querySelectorAll('.jp-CodeCell')].map(c
     const wrapper = cell.querySelector('.jp-Cell-outputWrapper');
     const outputs = [...cell.querySelectorAll('.jp-OutputArea-output')]
         .filter(o => !o.parentElement.closest('.jp-OutputArea-output'));  // not those inside an Output widget
-    const sideways = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX) && el.scrollWidth > el.clientWidth + 1;
+    const sideways = el =>
+      ['auto', 'scroll'].includes(getComputedStyle(el).overflowX) && el.scrollWidth > el.clientWidth + 1;
     return {
         lines: outputs.reduce((n, o) => n + o.innerText.split('\\n').filter(line => line.trim()).length, 0),
         height: wrapper ? Math.round(wrapper.getBoundingClientRect().height) : 0,

@@ -179,7 +179,8 @@ import os, signal, sys, torch
 from pathlib import Path
 from tinker_emulator import TINY, LocalServiceClient, checkpoints
 root, where = Path(sys.argv[1]), sys.argv[2]
-training = LocalServiceClient(device="cpu", root=root).create_lora_training_client(base_model=TINY, rank=4, seed=0).result()
+service = LocalServiceClient(device="cpu", root=root)
+training = service.create_lora_training_client(base_model=TINY, rank=4, seed=0).result()
 die = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
 if where == "rename":
     training.save_state("kept").result()

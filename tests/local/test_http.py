@@ -40,8 +40,10 @@ CLIENT = textwrap.dedent(
     sample = sampler.sample(types.ModelInput.from_ints(tokens), 2, types.SamplingParams(max_tokens=4, seed=1)).result()
     by_path = service.create_sampling_client(model_path=sampler_path)
     base = service.create_sampling_client(base_model="gemlab/tiny")
-    with_logprobs = base.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
-    greedy = base.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3, temperature=0.0), topk_sample_logprobs=2).result().sequences[0]
+    prompt = types.ModelInput.from_ints(tokens)
+    with_logprobs = base.sample(prompt, 1, types.SamplingParams(max_tokens=2), include_prompt_logprobs=True).result()
+    greedy_params = types.SamplingParams(max_tokens=3, temperature=0.0)
+    greedy = base.sample(prompt, 1, greedy_params, topk_sample_logprobs=2).result().sequences[0]
     resumed = service.create_training_client_from_state_with_optimizer(state).result()
     resumed_loss = resumed.forward([datum], "cross_entropy").result().metrics["loss:sum"]
     rest = service.create_rest_client()
@@ -53,7 +55,9 @@ CLIENT = textwrap.dedent(
         "state": state, "sampler_path": sampler_path,
         "sequence_ids": [s.sequence_id for s in sample.sequences],
         "sample_lens": [len(s.tokens) for s in sample.sequences],
-        "by_path": len(by_path.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3)).result().sequences[0].tokens),
+        "by_path": len(
+            by_path.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3)).result().sequences[0].tokens
+        ),
         "prompt_logprobs": with_logprobs.prompt_logprobs,
         "greedy": [greedy.tokens, greedy.logprobs, greedy.topk_logprobs],
         "resumed_loss": resumed_loss,
@@ -203,7 +207,10 @@ KILLED = textwrap.dedent(
     import tinker
     from tinker import types
     training = tinker.ServiceClient().create_lora_training_client(base_model="gemlab/tiny", rank=4).result()
-    datum = types.Datum(model_input=types.ModelInput.from_ints(list(range(1, 400))), loss_fn_inputs={"target_tokens": list(range(2, 401)), "weights": [1.0] * 399})
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints(list(range(1, 400))),
+        loss_fn_inputs={"target_tokens": list(range(2, 401)), "weights": [1.0] * 399},
+    )
     future = training.forward_backward([datum] * 64, "cross_entropy")
     print("sent", flush=True)
     future.result()
@@ -241,7 +248,10 @@ def test_a_restarted_server_keeps_checkpoints_and_the_client_resumes_with_load_s
         service = tinker.ServiceClient()
         training = service.create_lora_training_client(base_model="gemlab/tiny", rank=4, seed=1).result()
         training.load_state({saved["state"]!r}).result()
-        datum = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3, 4, 5, 6]), loss_fn_inputs={{"target_tokens": [2, 3, 4, 5, 6, 7], "weights": [1.0] * 6}})
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints([1, 2, 3, 4, 5, 6]),
+            loss_fn_inputs={{"target_tokens": [2, 3, 4, 5, 6, 7], "weights": [1.0] * 6}},
+        )
         print(training.forward([datum], "cross_entropy").result().metrics["loss:sum"])
         print(len(service.create_rest_client().list_checkpoints({saved["state"].split("/")[2]!r}).result().checkpoints))
         '''

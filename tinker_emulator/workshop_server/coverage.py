@@ -9,6 +9,7 @@ listed here works as it does in-process (``tinker_emulator.coverage``).
 from __future__ import annotations
 
 NOT_SERVED = "raises a clear error"
+OFFLINE_TOKENIZER = "offline after `python -m tinker_emulator.workshop_server tokenizer MODEL` and `HF_HUB_OFFLINE=1`"
 WORKS, DIFFERENT = "works", "works with a difference"
 
 # members that run in the SDK itself over HTTP: they work (the in-process note does not apply)
@@ -29,8 +30,8 @@ CLIENT_SIDE = {
 DIFFERENCES = {
     "ServiceClient.get_console_url": "a Tinker console URL, which does not know this server's runs",
     "TrainingClient.get_console_url": "a Tinker console URL, which does not know this server's runs",
-    "TrainingClient.get_tokenizer": "offline after `python -m tinker_emulator.workshop_server tokenizer MODEL` and `HF_HUB_OFFLINE=1`",
-    "SamplingClient.get_tokenizer": "offline after `python -m tinker_emulator.workshop_server tokenizer MODEL` and `HF_HUB_OFFLINE=1`",
+    "TrainingClient.get_tokenizer": OFFLINE_TOKENIZER,
+    "SamplingClient.get_tokenizer": OFFLINE_TOKENIZER,
 }
 GAPS = {
     "ServiceClient.copy_weights": "`/copy_weights` is not served",
