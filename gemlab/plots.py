@@ -7,7 +7,7 @@ so a notebook can restyle them and a script can save them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, TypeAlias
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -18,7 +18,7 @@ from gemlab.config import CONFIG_FILE
 from gemlab.eval_curve import Point, eval_points, eval_set_name
 from gemlab.saved_runs import read_metrics, saved_config
 
-Run = Union[str, Path, pd.DataFrame]
+Run: TypeAlias = str | Path | pd.DataFrame
 
 LABELS = {
     "sampler/success_rate": "success rate (fraction of episodes won)",

@@ -113,7 +113,7 @@ def play(env_id: str, seed: int, guesses: list[str]) -> tuple[list[str], list[fl
     ("guesses", "gem_last", "wins_last"),
     [
         # four valid misses: GEM pays the last one 1 - distance / 9; the variant pays nothing
-        (["\\boxed{%d}" % n for n in (1, 2, 3, 4)], "closeness", 0.0),
+        ([f"\\boxed{{{n}}}" for n in (1, 2, 3, 4)], "closeness", 0.0),
         (["\\boxed{9}", "\\boxed{TARGET}"], 1.0, 1.0),  # a win pays 1 in both
         (["\\boxed{1}", "\\boxed{2}", "\\boxed{3}", "no number"], -0.1, -0.1),  # malformed: GEM's -0.1 in both
     ],
