@@ -51,7 +51,9 @@ def episode(rewards: list[float], first_token: int = 10) -> Episode:
 
 
 def small_config(**overrides: Any) -> Any:
-    return make_config("laptop", **{"batch_size": 4, "num_env": 2, "gamma": 1.0, "num_minibatches": 1, "seed": 7, **overrides})
+    return make_config(
+        "laptop", **{"batch_size": 4, "num_env": 2, "gamma": 1.0, "num_minibatches": 1, "seed": 7, **overrides}
+    )
 
 
 def advantages_of(datum: types.Datum) -> list[float]:
@@ -150,7 +152,9 @@ def failed(error: Exception) -> Any:
 
 def test_one_forward_backward_and_optim_step_per_minibatch():
     batch = RolloutBatch([episode([float(r)], first_token=10 + 2 * r) for r in range(6)])
-    config = small_config(batch_size=6, num_minibatches=3, loss_fn="ppo", learning_rate=1e-3, max_steps=4, lr_schedule="linear")
+    config = small_config(
+        batch_size=6, num_minibatches=3, loss_fn="ppo", learning_rate=1e-3, max_steps=4, lr_schedule="linear"
+    )
     prepared = prepare(batch, config, step=1)
     client = Recording()
     outputs, train = asyncio.run(update(client, prepared.datums, prepared.minibatches, config, step=1))
@@ -187,7 +191,9 @@ def test_a_non_finite_update_raises(client, message):
 )
 def test_learning_rate_schedule(schedule, expected):
     config = small_config(learning_rate=0.1, max_steps=2, lr_schedule=schedule)
-    assert [scheduled_learning_rate(config, step) for step in range(4)] == pytest.approx([0.1 * m for m in expected], abs=1e-12)
+    assert [scheduled_learning_rate(config, step) for step in range(4)] == pytest.approx(
+        [0.1 * m for m in expected], abs=1e-12
+    )
 
 
 def test_adam_params_are_gems():
@@ -197,7 +203,10 @@ def test_adam_params_are_gems():
 # ----- train_step on the tiny backend -----------------------------------------------------------
 STEP_METRICS = {
     "step",
-    *("sampler/" + k for k in ("episode_return", "success_rate", "num_turns_per_episode", "action_num_tokens", "num_episodes")),
+    *(
+        "sampler/" + k
+        for k in ("episode_return", "success_rate", "num_turns_per_episode", "action_num_tokens", "num_episodes")
+    ),
     *("sampler/" + k for k in ("episodes_dropped", "drop_rate", "sample_retries", "token_entropy")),
     *("train/" + k for k in ("kl_sample_train_v1", "kl_sample_train_v2", "logprob_diff_abs", "loss:sum")),
     *("train/" + k for k in ("grad_norm:mean", "learning_rate:mean", "num_transitions", "num_datums", "num_tokens")),
@@ -214,7 +223,9 @@ def run_one_step(root: Any, seed: int) -> tuple[StepResult, list[torch.Tensor], 
     service = LocalServiceClient(device="cpu", root=root)
     training = service.create_lora_training_client(base_model=TINY, rank=8, seed=seed).result()
     tokenizer = training.get_tokenizer()
-    envs = make_envs(config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer)
+    envs = make_envs(
+        config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer
+    )
     events: list[str] = []
 
     class Sampler(Inline):
@@ -224,7 +235,9 @@ def run_one_step(root: Any, seed: int) -> tuple[StepResult, list[torch.Tensor], 
     async def record(result: StepResult) -> None:
         events.append("record")
 
-    sampler = Sampler(training, Players(config, envs, tokenizer, get_template(config.template), progress=False), clock=0.0)
+    sampler = Sampler(
+        training, Players(config, envs, tokenizer, get_template(config.template), progress=False), clock=0.0
+    )
     before = [p.detach().clone() for p in training._params]
     result = asyncio.run(
         train_step(training, sampler, config, 0, clock=0.0, on_update=lambda: events.append("on_update"), record=record)
@@ -239,7 +252,9 @@ def test_train_step_samples_prepares_updates_and_reports(tmp_path):
     assert events == ["on_update", "weights_updated 1", "record"]
     assert set(result.metrics) - {"sampler/num_turns_per_won_episode"} == STEP_METRICS
     metrics = result.metrics
-    assert metrics["step"] == 0 and metrics["train/num_transitions"] == 8 == len(result.transitions) == len(result.outputs)
+    assert metrics["step"] == 0 and metrics["train/num_transitions"] == 8 == len(result.transitions) == len(
+        result.outputs
+    )
     assert metrics["train/num_datums"] <= 8 and metrics["train/num_tokens"] > 0
     assert metrics["sampler/num_episodes"] == len(result.batch.episodes)
     assert metrics["train/learning_rate:mean"] == pytest.approx(make_config("laptop").learning_rate)

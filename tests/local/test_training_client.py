@@ -88,8 +88,12 @@ def test_requests_resolve_in_submission_order(training, prompt):
     before = futures["forward before"].result()
     # the first forward ran on the weights from before the step, the last one on the weights after it
     backward = futures["forward_backward"].result()
-    torch.testing.assert_close(before.loss_fn_outputs[0]["logprobs"].to_torch(), backward.loss_fn_outputs[0]["logprobs"].to_torch())
-    torch.testing.assert_close(after.loss_fn_outputs[0]["logprobs"].to_torch(), model_logprobs(training, datum), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        before.loss_fn_outputs[0]["logprobs"].to_torch(), backward.loss_fn_outputs[0]["logprobs"].to_torch()
+    )
+    torch.testing.assert_close(
+        after.loss_fn_outputs[0]["logprobs"].to_torch(), model_logprobs(training, datum), rtol=1e-5, atol=1e-5
+    )
     assert after.metrics["loss:sum"] < before.metrics["loss:sum"]
 
 
@@ -108,7 +112,11 @@ def _non_finite(prompt: list[int]) -> types.Datum:
     [
         (lambda t, p: t.forward_backward([sft_datum(p, [4])], "reinforce"), ValueError, "importance_sampling, ppo"),
         (lambda t, p: t.forward_backward([], "cross_entropy"), ValueError, "No data provided"),
-        (lambda t, p: t.forward_backward([sft_datum(p, [4]), "text"], "cross_entropy"), TypeError, r"data\[1\] is a str"),
+        (
+            lambda t, p: t.forward_backward([sft_datum(p, [4]), "text"], "cross_entropy"),
+            TypeError,
+            r"data\[1\] is a str",
+        ),
         (
             lambda t, p: t.forward_backward([_length_mismatch(p)], "importance_sampling"),
             ValueError,
@@ -119,17 +127,38 @@ def _non_finite(prompt: list[int]) -> types.Datum:
             ValueError,
             r"lacks \['logprobs', 'advantages'\]",
         ),
-        (lambda t, p: t.forward_backward([_non_finite(p)], "importance_sampling"), ValueError, "is nan: values must be finite"),
+        (
+            lambda t, p: t.forward_backward([_non_finite(p)], "importance_sampling"),
+            ValueError,
+            "is nan: values must be finite",
+        ),
         (lambda t, p: t.forward([sft_datum(p, [t.vocab_size])], "cross_entropy"), ValueError, "outside the vocabulary"),
         (lambda t, p: t.optim_step(None), TypeError, "pass tinker.types.AdamParams"),
-        (lambda t, p: t.optim_step(types.AdamParams(learning_rate=0.1, beta1=1.0)), ValueError, r"AdamParams\.beta1=1\.0"),
         (
-            lambda t, p: t.optim_step(types.AdamParams(learning_rate=0.1), adam_params=types.AdamParams(learning_rate=0.1)),
+            lambda t, p: t.optim_step(types.AdamParams(learning_rate=0.1, beta1=1.0)),
+            ValueError,
+            r"AdamParams\.beta1=1\.0",
+        ),
+        (
+            lambda t, p: t.optim_step(
+                types.AdamParams(learning_rate=0.1), adam_params=types.AdamParams(learning_rate=0.1)
+            ),
             ValueError,
             "not both",
         ),
     ],
-    ids=["loss name", "no data", "not a datum", "lengths", "missing input", "nan", "vocabulary", "no params", "beta1", "both"],
+    ids=[
+        "loss name",
+        "no data",
+        "not a datum",
+        "lengths",
+        "missing input",
+        "nan",
+        "vocabulary",
+        "no params",
+        "beta1",
+        "both",
+    ],
 )
 def test_bad_input_is_refused_when_called_and_changes_nothing(training, prompt, call, error, message):
     before = weights(training)
