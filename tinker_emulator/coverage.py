@@ -21,6 +21,7 @@ import tinker
 
 WORKS, DIFFERENT, ERROR = "works", "works with a difference", "raises a clear error"
 DOC = Path(__file__).resolve().parents[1] / "docs" / "local-backend.md"
+STABLE_REINFORCE = "`stable_reinforce` is a local stand-in (importance sampling; Tinker publishes no formula)"
 START, END = "<!-- coverage:start -->", "<!-- coverage:end -->"
 
 DIFFERENCES = {
@@ -34,8 +35,8 @@ DIFFERENCES = {
     "ServiceClient.get_console_url": "the checkpoint root as a `file://` URI",
     "ServiceClient.get_server_capabilities": "lists the local presets",
     "ServiceClient.get_telemetry": "`None`",
-    "TrainingClient.forward": "`stable_reinforce` is a local stand-in (importance sampling; Tinker publishes no formula)",
-    "TrainingClient.forward_backward": "`stable_reinforce` is a local stand-in (importance sampling; Tinker publishes no formula)",
+    "TrainingClient.forward": STABLE_REINFORCE,
+    "TrainingClient.forward_backward": STABLE_REINFORCE,
     "TrainingClient.optim_step": "AdamW (`types.AdamParams`) only",
     "TrainingClient.save_state": "`ttl_seconds` is ignored: nothing expires",
     "TrainingClient.save_weights_for_sampler": "`ttl_seconds` is ignored: nothing expires",

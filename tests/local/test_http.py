@@ -56,7 +56,10 @@ CLIENT = textwrap.dedent(
         "sequence_ids": [s.sequence_id for s in sample.sequences],
         "sample_lens": [len(s.tokens) for s in sample.sequences],
         "by_path": len(
-            by_path.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3)).result().sequences[0].tokens
+            by_path.sample(types.ModelInput.from_ints(tokens), 1, types.SamplingParams(max_tokens=3))
+            .result()
+            .sequences[0]
+            .tokens
         ),
         "prompt_logprobs": with_logprobs.prompt_logprobs,
         "greedy": [greedy.tokens, greedy.logprobs, greedy.topk_logprobs],

