@@ -99,7 +99,7 @@ def _at_least(low: int) -> Callable[[Any, str], None]:
     return check
 
 
-def _at_most(limit: int, why: str) -> Callable[[Any, str], None]:
+def _at_most(limit: int, why: str | Callable[[Any], str]) -> Callable[[Any, str], None]:
     def check(obj: Any, attr: str) -> None:
         _positive(obj, attr)
         value = getattr(obj, attr)
@@ -504,7 +504,7 @@ def read_saved_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{file} cannot be read (not JSON: {error})") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{file} is not a gemlab config (a JSON {type(saved).__name__}, not an object)")
-    return {**chz.asdict(Config()), **{RENAMED_FIELDS.get(key, key): value for key, value in saved.items()}}
+    return {**chz.asdict(Config()), **{(RENAMED_FIELDS[key] if key in RENAMED_FIELDS else key): value for key, value in saved.items()}}
 
 
 def load_saved_config(path: str) -> dict[str, Any]:

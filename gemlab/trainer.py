@@ -89,6 +89,12 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM; raised after the step in flight has finished or been rolled back."""
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    """Mark ``future`` done unless it already is (a caller's wait, settled from another thread)."""
+    if not future.done():
+        future.set_result(None)
+
+
 class _LoopThread:
     """A private event loop on a daemon thread, so sync calls work in scripts and in Jupyter alike.
 
@@ -140,7 +146,7 @@ class _LoopThread:
                 return await coroutine
             finally:
                 with contextlib.suppress(RuntimeError):  # a caller that stopped waiting may have closed its loop
-                    caller.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+                    caller.call_soon_threadsafe(_settle, finished)
 
         future: Future[T] = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
         try:
@@ -194,7 +200,7 @@ class Trainer:
         self.last_evaluation: EvalResult | None = None
         self._in_warmup = False  # the warm-up started and has not finished: its updates are not a checkpoint
         self._clock = time.time()  # the timeline's zero: time/*_start and time/*_end count from here
-        self._wandb = None
+        self._wandb: Any = None  # the wandb module, imported on the first row logged to it
         self._closed = False
         self._budget_start: float | None = None  # run()'s start on ``clock``, while it runs with max_minutes
         self._run_last = config.max_steps  # the step run() goes to

@@ -265,8 +265,8 @@ def smollm2_gguf() -> Path:
         dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         dist = None
-    for file in (dist.files or []) if dist else []:
-        if file.name == SMOLLM2_GGUF:
+    for file in (dist.files or []) if dist is not None else []:
+        if file.name == SMOLLM2_GGUF and dist is not None:
             path = Path(str(dist.locate_file(file)))
             if path.is_file():
                 return path

@@ -201,7 +201,12 @@ def _shim_root() -> Path:
     owner = os.getpid()
     _remove_stale_roots(Path(tempfile.gettempdir()))
     root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{owner}-"))
-    atexit.register(lambda: os.getpid() == owner and _remove_root(root))
+
+    def remove() -> None:  # in this process only, not in a forked child
+        if os.getpid() == owner:
+            _remove_root(root)
+
+    atexit.register(remove)
     return root
 
 

@@ -67,6 +67,13 @@ def _number(name: str, table: dict) -> "int | None":
     return table[name][0 if ARCH == "x86_64" else 1]
 
 
+def _required(name: str, table: dict) -> int:
+    """The number of a call every supported architecture has."""
+    number = _number(name, table)
+    assert number is not None, name
+    return number
+
+
 def _check(result: int, what: str) -> int:
     if result < 0:
         error = ctypes.get_errno()
@@ -158,7 +165,7 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
             if os.path.exists(f"{new}/proc/{name}"):
                 _mount(f"{new}/dev/null", f"{new}/proc/{name}", None, MS_BIND)
     os.chdir(new)
-    _check(LIBC.syscall(ctypes.c_long(_number("pivot_root", SETUP_CALLS)), b".", b"."), "pivot_root")
+    _check(LIBC.syscall(ctypes.c_long(_required("pivot_root", SETUP_CALLS)), b".", b"."), "pivot_root")
     _check(LIBC.umount2(b".", MNT_DETACH), "umount the old root")
     os.chdir("/")
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
@@ -167,7 +174,7 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
 
 def fresh_keyring() -> None:
     """Join a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING with no name)."""
-    _check(LIBC.syscall(ctypes.c_long(_number("keyctl", CALLS)), ctypes.c_long(1), None), "keyctl(join session keyring)")
+    _check(LIBC.syscall(ctypes.c_long(_required("keyctl", CALLS)), ctypes.c_long(1), None), "keyctl(join session keyring)")
 
 
 def landlock(abi: int, writable: list, readable: list) -> None:
@@ -209,8 +216,8 @@ def seccomp_program(metadata: bool) -> bytes:
         code += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, errno_base | 1)]
     for number in refused:
         code += [(jeq, 0, 1, number), (ret, 0, 0, errno_base | 1)]
-    code += [(jeq, 0, 1, _number("clone3", SETUP_CALLS)), (ret, 0, 0, errno_base | 38)]
-    code += [(jeq, 0, 3, _number("clone", SETUP_CALLS)), (ld_abs, 0, 0, 16), (jset, 0, 1, CLONE_NEW_ANY), (ret, 0, 0, errno_base | 1)]
+    code += [(jeq, 0, 1, _required("clone3", SETUP_CALLS)), (ret, 0, 0, errno_base | 38)]
+    code += [(jeq, 0, 3, _required("clone", SETUP_CALLS)), (ld_abs, 0, 0, 16), (jset, 0, 1, CLONE_NEW_ANY), (ret, 0, 0, errno_base | 1)]
     code += [(ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
 

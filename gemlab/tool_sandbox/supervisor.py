@@ -30,7 +30,7 @@ CONFIG: dict = {}  # gemlab/tool_sandbox/__init__.py writes this folder's settin
 LINUX = sys.platform.startswith("linux")
 if LINUX:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import confine
+    import confine  # type: ignore[import-not-found]  # this folder, put on sys.path just above
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
 #: GEM's bwrap options (name -> how many values follow); anything else is refused.
 BWRAP_OPTIONS = {"--unshare-all": 0, "--ro-bind": 2, "--setenv": 2, "--proc": 1, "--dev": 1}
@@ -87,7 +87,7 @@ def bwrap_command(args: list, seccomp_fd: int) -> list:
     return [CONFIG["bwrap"], *ours, *binds, *args[:index], *after, *args[index:]]
 
 
-def in_child(command: list, env: dict, outputs: tuple, cgroups: list, tasks: int, folder: str, files: dict, program: bytes) -> None:
+def in_child(command: list, env: dict, outputs: tuple, cgroups: list, tasks: int, folder: str | None, files: dict, program: bytes) -> None:
     """Runs in the forked child: cgroups, session, limits, confinement, then the command (never returns)."""
     for cgroup in cgroups:
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as file:
@@ -193,11 +193,12 @@ def descendants() -> list:
                 children.setdefault(int(file.read().rsplit(")", 1)[1].split()[1]), []).append(int(pid))
         except (OSError, IndexError, ValueError):
             continue
-    found, todo = [], list(children.get(os.getpid(), []))
+    found: list[int] = []
+    todo = list(children.get(os.getpid(), []))
     while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
+        child = todo.pop()
+        found.append(child)
+        todo.extend(children.get(child, []))
     return found
 
 
