@@ -34,9 +34,15 @@ def main() -> None:
         trainer.close()
     step, save = statistics.median(steps), statistics.median(saves)
     print(f"training step: median {step:.3f} s over {len(steps)} steps")
-    print(f"save_state:    median {save * 1000:.1f} ms over {len(saves)} saves ({path.split('/')[-1]}), {size / 1e3:.0f} kB each")
+    print(
+        f"save_state:    median {save * 1000:.1f} ms over {len(saves)} saves ({path.split('/')[-1]}), "
+        f"{size / 1e3:.0f} kB each"
+    )
     for every in (1, 5, 10):
-        print(f"save_every={every:<3} costs {save / (every * step):6.2%} of training time and {size * 100 / every / 1e6:.1f} MB per 100 steps")
+        print(
+            f"save_every={every:<3} costs {save / (every * step):6.2%} of training time and "
+            f"{size * 100 / every / 1e6:.1f} MB per 100 steps"
+        )
 
 
 if __name__ == "__main__":

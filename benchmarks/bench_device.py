@@ -4,7 +4,8 @@ single-turn recipe.
 
     python benchmarks/bench_device.py                                  # CUDA, qwen3 and smollm2, 4 RL steps each
     python benchmarks/bench_device.py --models qwen3 --steps 2 --layers 1 --device cpu   # a slow check on a CPU
-    python benchmarks/bench_device.py --models smollm2-shape --shape-from DIR           # where SmolLM2's weights are not installed
+    python benchmarks/bench_device.py --models smollm2-shape --shape-from DIR           # where SmolLM2's weights are
+    not installed
 
 The Qwen3-class model is random-init: Qwen3-0.6B's widths (hidden 1024, 16 query and 8 key/value
 heads of 128, MLP 3072) with ``--layers`` layers, and SmolLM2's tokenizer (the tiny model's when
@@ -144,18 +145,29 @@ def time_steps(overrides: list[str], steps: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N, mps or cpu (default cuda)")
-    parser.add_argument("--models", nargs="+", choices=["qwen3", "smollm2", "smollm2-shape"], default=["qwen3", "smollm2"])
-    parser.add_argument("--steps", type=int, default=4, help="RL steps per model (at least 2: the first is not counted)")
+    parser.add_argument(
+        "--models", nargs="+", choices=["qwen3", "smollm2", "smollm2-shape"], default=["qwen3", "smollm2"]
+    )
+    parser.add_argument(
+        "--steps", type=int, default=4, help="RL steps per model (at least 2: the first is not counted)"
+    )
     parser.add_argument("--layers", type=int, default=4, help="layers of the random Qwen3-class model")
-    parser.add_argument("--shape-from", type=Path, help="for smollm2-shape: a folder with SmolLM2's config.json and tokenizer")
-    parser.add_argument("--save-shape", type=Path, metavar="DIR", help="write SmolLM2's config and tokenizer to DIR, then exit")
+    parser.add_argument(
+        "--shape-from", type=Path, help="for smollm2-shape: a folder with SmolLM2's config.json and tokenizer"
+    )
+    parser.add_argument(
+        "--save-shape", type=Path, metavar="DIR", help="write SmolLM2's config and tokenizer to DIR, then exit"
+    )
     args = parser.parse_args()
     if args.save_shape:
         save_shape(args.save_shape)
         print(f"wrote SmolLM2's config and tokenizer to {args.save_shape}")
         return
     if "smollm2-shape" in args.models and not (args.shape_from and (args.shape_from / "config.json").is_file()):
-        parser.error("smollm2-shape needs --shape-from DIR, a folder with config.json and the tokenizer (--save-shape DIR writes one)")
+        parser.error(
+            "smollm2-shape needs --shape-from DIR, a folder with config.json and the tokenizer (--save-shape "
+            "DIR writes one)"
+        )
     if args.steps < 1 or args.layers < 1:
         parser.error("--steps and --layers must be at least 1")
     try:
@@ -167,7 +179,9 @@ def main() -> None:
     for model in args.models:
         if model == "qwen3":
             with in_a_hub_cache(QWEN3_NAME, *random_qwen3(args.layers)) as qwen3:
-                result = time_steps(["preset=laptop", f"model_name={qwen3}", "max_tokens=16", "num_env=16", "batch_size=32"], args.steps)
+                result = time_steps(
+                    ["preset=laptop", f"model_name={qwen3}", "max_tokens=16", "num_env=16", "batch_size=32"], args.steps
+                )
             label = f"{qwen3} ({args.layers} layers)"
         elif model == "smollm2-shape":
             with in_a_hub_cache(SHAPE_NAME, *random_smollm2(args.shape_from)) as shape:
@@ -183,8 +197,10 @@ def main() -> None:
         print(
             f"{label}: {result['parameters'] / 1e6:.0f}M parameters, loaded in {result['load_s']:.1f} s, "
             f"warm-up {result['warmup_s']:.1f} s; RL step median {result['step']:.2f} s "
-            f"(sample {result['sample']:.2f} s, train {result['train']:.2f} s; first step {result['first_step_s']:.2f} s); "
-            f"|sampler - learner logprob| {result['logprob_diff']:.1e} (a step's mean, the largest); rollout success {result['success']}; "
+            f"(sample {result['sample']:.2f} s, train {result['train']:.2f} s; first step "
+            f"{result['first_step_s']:.2f} s); "
+            f"|sampler - learner logprob| {result['logprob_diff']:.1e} (a step's mean, the largest); "
+            f"rollout success {result['success']}; "
             f"load {os.getloadavg()[0]:.1f}",
             flush=True,
         )

@@ -66,7 +66,11 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    server = subprocess.Popen([sys.executable, "-m", "gemlab.openai_endpoint", "--model", MODEL, "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gemlab.openai_endpoint", "--model", MODEL, "--port", str(port)],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             try:
@@ -74,17 +78,34 @@ def main() -> None:
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
-        httpx.post(base + "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}, timeout=60)
+        httpx.post(
+            base + "/v1/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+            timeout=60,
+        )
         before = rss_mb(server.pid)
         print(f"server RSS after one normal request: {before:.0f} MB")
-        print(f"{'request':<34} {'status':>6} {'refused in (s, median [min, max])':>36} {'/health max (s)':>16} {'polls':>6}")
-        for label, characters in (("10 MB (over the 4 MiB body limit)", 10_000_000), ("3.9 MB (over context by chars)", 3_900_000), ("300k chars (tokenized)", 300_000)):
+        print(
+            f"{'request':<34} {'status':>6} {'refused in (s, median [min, max])':>36} {'/health max (s)':>16} "
+            f"{'polls':>6}"
+        )
+        for label, characters in (
+            ("10 MB (over the 4 MiB body limit)", 10_000_000),
+            ("3.9 MB (over context by chars)", 3_900_000),
+            ("300k chars (tokenized)", 300_000),
+        ):
             runs = [refuse_while_polling(base, characters) for _ in range(args.repeats)]
             times = [t for _, t, _ in runs]
             worst = max(max(lat) for _, _, lat in runs)
             statuses = sorted({s for s, _, _ in runs})
-            print(f"{label:<34} {statuses!s:>6} {statistics.median(times):>12.3f} [{min(times):.3f}, {max(times):.3f}] {worst:>16.3f} {sum(len(lat) for _, _, lat in runs):>6}")
-        print(f"server RSS after {3 * args.repeats} refused requests: {rss_mb(server.pid):.0f} MB (before: {before:.0f} MB)")
+            print(
+                f"{label:<34} {statuses!s:>6} {statistics.median(times):>12.3f} [{min(times):.3f}, "
+                f"{max(times):.3f}] {worst:>16.3f} {sum(len(lat) for _, _, lat in runs):>6}"
+            )
+        print(
+            f"server RSS after {3 * args.repeats} refused requests: {rss_mb(server.pid):.0f} MB (before: "
+            f"{before:.0f} MB)"
+        )
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -35,7 +35,8 @@ CLIENT = Path(__file__).with_name("tinker_rl_client.py")  # one attendee's progr
 
 
 def call_cost(server: ServerProcess, turns: int, width: int) -> None:
-    """``turns`` turns of ``width`` concurrent 8-token sample calls, in-process and over HTTP (the first 3 not counted)."""
+    """``turns`` turns of ``width`` concurrent 8-token sample calls, in-process and over HTTP (the first 3 not
+    counted)."""
     import tinker
     from tinker import types
 
@@ -45,7 +46,9 @@ def call_cost(server: ServerProcess, turns: int, width: int) -> None:
     async def play(client: object, tokenizer: object) -> tuple[float, float]:
         params, me, walls, cpus = sampling_params(tokenizer, 8), psutil.Process(), [], []
         for turn in range(turns + 3):
-            prompts = [types.ModelInput.from_ints(tokenizer.encode(f"guess {i} {turn} between 1 and 20")) for i in range(width)]
+            prompts = [
+                types.ModelInput.from_ints(tokenizer.encode(f"guess {i} {turn} between 1 and 20")) for i in range(width)
+            ]
             cpu, wall = sum(me.cpu_times()[:2]), time.perf_counter()
             await asyncio.gather(*[client.sample(prompt=p, num_samples=1, sampling_params=params) for p in prompts])
             if turn >= 3:
@@ -58,8 +61,11 @@ def call_cost(server: ServerProcess, turns: int, width: int) -> None:
         training = make().create_lora_training_client(base_model="gemlab/tiny", rank=8).result()
         sampler = training.save_weights_and_get_sampling_client().result()
         wall, cpu = asyncio.run(play(sampler, training.get_tokenizer()))
-        print(f"  {name:11s} median per turn of {width} calls: {1000 * wall:.0f} ms wall, {1000 * cpu:.0f} ms of this process's CPU "
-              f"({1000 * cpu / width:.2f} ms a call)")
+        print(
+            f"  {name:11s} median per turn of {width} calls: {1000 * wall:.0f} ms wall, {1000 * cpu:.0f} ms of "
+            "this process's CPU "
+            f"({1000 * cpu / width:.2f} ms a call)"
+        )
 
 
 def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
@@ -89,12 +95,18 @@ def laptop_ratio(server: ServerProcess, steps: int, workdir: Path) -> None:
     for name, values in times.items():
         sample = statistics.median(m["time/sample"] for m in phases[name])
         train = statistics.median(m["time/train"] for m in phases[name])
-        print(f"  {name:11s} median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max {max(values):.3f}, n={len(values)}); "
-              f"sampling {sample:.3f} s, update {train:.3f} s")
+        print(
+            f"  {name:11s} median {statistics.median(values):.3f} s/step (min {min(values):.3f}, max "
+            f"{max(values):.3f}, n={len(values)}); "
+            f"sampling {sample:.3f} s, update {train:.3f} s"
+        )
     ratio = statistics.median(times["over HTTP"]) / statistics.median(times["in-process"])
     per_step = [h / i for h, i in zip(times["over HTTP"], times["in-process"], strict=True)]
-    print(f"  ratio over HTTP / in-process: {ratio:.3f} (target <= 1.15); step by step: median {statistics.median(per_step):.3f}, "
-          f"min {min(per_step):.3f}, max {max(per_step):.3f}")
+    print(
+        f"  ratio over HTTP / in-process: {ratio:.3f} (target <= 1.15); step by step: median "
+        f"{statistics.median(per_step):.3f}, "
+        f"min {min(per_step):.3f}, max {max(per_step):.3f}"
+    )
 
 
 def workshop(server: ServerProcess, clients: int, steps: int, timeout: float, workdir: Path) -> None:
@@ -127,14 +139,21 @@ def workshop(server: ServerProcess, clients: int, steps: int, timeout: float, wo
         print(f"  seconds per step per client: median {statistics.median(per_client):.2f}, "
               f"min {min(per_client):.2f}, max {max(per_client):.2f}")
         print(f"  server throughput: {len(results) * steps / wall:.2f} client-steps/s")
-    print(f"  server RSS: start {start_rss / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB, end {rss.memory_info().rss / 2**20:.0f} MiB")
+    print(
+        f"  server RSS: start {start_rss / 2**20:.0f} MiB, peak {peak / 2**20:.0f} MiB, end "
+        f"{rss.memory_info().rss / 2**20:.0f} MiB"
+    )
     print(f"  server alive at the end: {server.alive()}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--call-turns", type=int, default=30, help="turns of concurrent sample calls timed per side (0: skip)")
-    parser.add_argument("--call-width", type=int, default=26, help="sample calls per turn (a laptop-preset turn has 17-32)")
+    parser.add_argument(
+        "--call-turns", type=int, default=30, help="turns of concurrent sample calls timed per side (0: skip)"
+    )
+    parser.add_argument(
+        "--call-width", type=int, default=26, help="sample calls per turn (a laptop-preset turn has 17-32)"
+    )
     parser.add_argument("--steps", type=int, default=6, help="laptop-preset steps measured per side")
     parser.add_argument("--clients", type=int, default=30, help="workshop client processes")
     parser.add_argument("--client-steps", type=int, default=10, help="RL steps per workshop client")

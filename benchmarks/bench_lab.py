@@ -43,7 +43,10 @@ def main() -> None:
     args = parser.parse_args()
     overrides = {k: type(getattr(make_config("laptop"), k))(v) for k, v in (o.split("=", 1) for o in args.overrides)}
     config = make_config("laptop", **overrides)
-    print(f"laptop preset, batch {config.batch_size} from {config.num_env} envs | GEMLAB_THREADS={os.environ.get('GEMLAB_THREADS', 'unset')} | load {os.getloadavg()[0]:.1f}")
+    print(
+        f"laptop preset, batch {config.batch_size} from {config.num_env} envs | "
+        f"GEMLAB_THREADS={os.environ.get('GEMLAB_THREADS', 'unset')} | load {os.getloadavg()[0]:.1f}"
+    )
     with tempfile.TemporaryDirectory() as folder:
         lab = HyperparameterLab(config, log_dir=folder)
 
@@ -52,7 +55,10 @@ def main() -> None:
                 start = time.time()
                 first, per_step = await measure(lab, args.steps)
                 kind = "cold (loads the model)" if index == 0 else "warm"
-                print(f"press {index + 1} {kind}: first curve point {first:.1f} s after Run; then {per_step:.2f} s per step; {time.time() - start:.1f} s with Stop")
+                print(
+                    f"press {index + 1} {kind}: first curve point {first:.1f} s after Run; then {per_step:.2f} "
+                    f"s per step; {time.time() - start:.1f} s with Stop"
+                )
 
         asyncio.run(presses())
 

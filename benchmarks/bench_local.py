@@ -4,7 +4,8 @@ against float32, and the preset steps.
 
     python benchmarks/bench_local.py                       # everything, native then AVX2-only (over an hour on 2 cores)
     python benchmarks/bench_local.py --isa native          # everything on this CPU's own kernels (about 30 minutes)
-    python benchmarks/bench_local.py --parts tool --smollm2-steps 0 --tiny-steps 0   # the tool task's step and evaluation
+    python benchmarks/bench_local.py --parts tool --smollm2-steps 0 --tiny-steps 0   # the tool task's step and
+    evaluation
     python benchmarks/bench_local.py --parts steps --smollm2-steps 0 --tiny-steps 0 --ablations   # the RL steps
     python benchmarks/bench_local.py --skip-smollm2        # the tiny model only
 
@@ -86,7 +87,9 @@ PREAMBLE = (
     "<|im_start|>user\nYou are playing language games. Make valid actions to win.\n"
     "Observation: I'm thinking of a number between 1 and 10. You have 4 turns to guess it."
 )
-PROMPT = PREAMBLE + "\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+PROMPT = PREAMBLE + (
+    "\nPlease reason step by step, and put your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n"
+)
 
 
 def turn_two_prompt(i: int) -> str:
@@ -148,9 +151,19 @@ class Report:
     def __init__(self, peak: float) -> None:
         self.peak = peak
         self.rows: list[Row] = []
-        print(f"{'what':66} {'wall s':>7} {'CPU s':>7} {'GFLOP':>7} {'% peak/CPU-s':>12} {'speed-up (CPU s, wall)':>23}")
+        print(
+            f"{'what':66} {'wall s':>7} {'CPU s':>7} {'GFLOP':>7} {'% peak/CPU-s':>12} {'speed-up (CPU s, wall)':>23}"
+        )
 
-    def row(self, what: str, wall: float, cpu: float, flops: float, baseline: tuple[float, float] | None = None, note: str = "") -> None:
+    def row(
+        self,
+        what: str,
+        wall: float,
+        cpu: float,
+        flops: float,
+        baseline: tuple[float, float] | None = None,
+        note: str = "",
+    ) -> None:
         """One line; ``baseline`` is the (wall, CPU) seconds this row is compared with."""
         efficiency = 100 * flops / (cpu * self.peak) if cpu > 0 else float("nan")
         ratio = f"{baseline[1] / cpu:8.2f}x {baseline[0] / wall:8.2f}x" if baseline else note
@@ -234,21 +247,33 @@ def training_data(prompt: list[int], rows: int, length: int, vocab: int) -> list
     """``rows`` datums of ``length`` tokens: the prompt, then random action tokens with advantage 1."""
     g = torch.Generator().manual_seed(0)
     actions = length + 1 - len(prompt)
-    return [policy_gradient_datum(prompt, torch.randint(0, vocab, (actions,), generator=g).tolist(), [0.0] * actions, 1.0) for _ in range(rows)]
+    return [
+        policy_gradient_datum(prompt, torch.randint(0, vocab, (actions,), generator=g).tolist(), [0.0] * actions, 1.0)
+        for _ in range(rows)
+    ]
 
 
-def grouped_training_data(prompt: list[int], problems: list[list[int]], answers: int, answer_tokens: int, vocab: int) -> list[types.Datum]:
+def grouped_training_data(
+    prompt: list[int], problems: list[list[int]], answers: int, answer_tokens: int, vocab: int
+) -> list[types.Datum]:
     """A GRPO step's shape: ``answers`` datums per problem, each the prompt and the problem, then
     ``answer_tokens`` random action tokens with advantage 1."""
     g = torch.Generator().manual_seed(0)
     return [
-        policy_gradient_datum(prompt + problem, torch.randint(0, vocab, (answer_tokens,), generator=g).tolist(), [0.0] * answer_tokens, 1.0)
+        policy_gradient_datum(
+            prompt + problem,
+            torch.randint(0, vocab, (answer_tokens,), generator=g).tolist(),
+            [0.0] * answer_tokens,
+            1.0,
+        )
         for problem in problems
         for _ in range(answers)
     ]
 
 
-def plain_peft_loop(name: str, dtype: torch.dtype, data: list[types.Datum], rank: int, micro: int = 2) -> Callable[[], Any]:
+def plain_peft_loop(
+    name: str, dtype: torch.dtype, data: list[types.Datum], rank: int, micro: int = 2
+) -> Callable[[], Any]:
     """The same update written directly on PEFT, the model in ``dtype``: importance-sampling loss, backward, AdamW."""
     from peft import LoraConfig, get_peft_model
 
@@ -286,8 +311,11 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
     report.peak = peaks[dtype]
     threads = training._model.cpu_threads
     torch.set_num_threads(threads)
-    print(f"\n{SMOLLM2}: weights in {dtype} (GEMLAB_DTYPE={os.environ.get(DTYPE_ENV) or 'auto'}); % peak against the {dtype} peak; "
-          f"{threads} torch thread(s) per pass (the other worker idle); plain library on {threads} thread(s) too")
+    print(
+        f"\n{SMOLLM2}: weights in {dtype} (GEMLAB_DTYPE={os.environ.get(DTYPE_ENV) or 'auto'}); % peak against "
+        f"the {dtype} peak; "
+        f"{threads} torch thread(s) per pass (the other worker idle); plain library on {threads} thread(s) too"
+    )
     requests, max_tokens, repeats = args.requests, args.max_tokens, args.repeats
     scenarios = {
         "turn 1 (same prompt)": [tokenizer.encode(PROMPT)] * requests,
@@ -308,8 +336,14 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
             what = f"sample {requests}x{max_tokens} tok, {label}"
             report.row(f"{what}: plain generate", *plain, plain_flops)
             report.row(f"{what}: local", *local, local_flops, plain)
-            weights = sum(m.weight.nbytes for m in plain_model.modules() if isinstance(m, torch.nn.Linear))  # read every step
-            report.row(f"{what}: local vs its floor", *local, local_flops, note=sampling_floor(local_flops, report.peak, weights, max_tokens, bandwidth))
+            # read every step
+            weights = sum(m.weight.nbytes for m in plain_model.modules() if isinstance(m, torch.nn.Linear))
+            report.row(
+                f"{what}: local vs its floor",
+                *local,
+                local_flops,
+                note=sampling_floor(local_flops, report.peak, weights, max_tokens, bandwidth),
+            )
         del plain_model
     prompt = tokenizer.encode(PROMPT)
     data = training_data(prompt, args.rows, args.length, len(tokenizer))
@@ -324,7 +358,12 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
         plain_times = timed(repeats, plain)
         del plain
         report.row(f"forward_backward+optim {args.rows}x{args.length} tok: plain PEFT loop", *plain_times, plain_flops)
-        report.row(f"forward_backward+optim {args.rows}x{args.length} tok: local", *timed(repeats, train), count_flops_on_workers(train), plain_times)
+        report.row(
+            f"forward_backward+optim {args.rows}x{args.length} tok: local",
+            *timed(repeats, train),
+            count_flops_on_workers(train),
+            plain_times,
+        )
         # the preset's shape: 4 problems x 16 answers of max_tokens (problems of one length, for the plain loop's batch)
         problems = [tokenizer.encode(f"Calculate {a} + {a + 1}.<|im_end|>") for a in range(1, 5)]
         grouped = grouped_training_data(prompt, problems, 16, max_tokens, len(tokenizer))
@@ -338,14 +377,18 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
         del plain
         what = f"forward_backward+optim 4 problems x 16 answers of {max_tokens} tok"
         report.row(f"{what}: plain PEFT loop", *plain_grouped[0], plain_grouped[1])
-        report.row(f"{what}: local", *timed(repeats, train_grouped), count_flops_on_workers(train_grouped), plain_grouped[0])
+        report.row(
+            f"{what}: local", *timed(repeats, train_grouped), count_flops_on_workers(train_grouped), plain_grouped[0]
+        )
     if "tool" in args.parts:
         bench_tool(report, args.tool_steps, peaks)
     if "steps" in args.parts:
         stepper = service.create_lora_training_client(base_model=SMOLLM2, rank=8, seed=0).result()  # the preset's rank
         bench_steps(report, stepper, dtype, args.step_repeats, args.ablations)
     if dtype == torch.bfloat16:
-        compare_float32(report, args, sampler, training, train, scenarios["turn 2 (shared preamble, own history)"], peaks)
+        compare_float32(
+            report, args, sampler, training, train, scenarios["turn 2 (shared preamble, own history)"], peaks
+        )
 
 
 @contextlib.contextmanager
@@ -361,7 +404,13 @@ def float32_models() -> Iterator[None]:
 
 
 def compare_float32(
-    report: Report, args: argparse.Namespace, sampler: Any, training: Any, train: Callable[[], None], prompts: list[list[int]], peaks: dict[torch.dtype, float]
+    report: Report,
+    args: argparse.Namespace,
+    sampler: Any,
+    training: Any,
+    train: Callable[[], None],
+    prompts: list[list[int]],
+    peaks: dict[torch.dtype, float],
 ) -> None:
     """The turn-2 sampling and the long training row on float32 weights (vs bfloat16), and the
     logprob difference between the bfloat16 sampler and a float32 and a bfloat16 learner."""
@@ -373,7 +422,9 @@ def compare_float32(
         fp32_sampler = fp32_training.save_weights_and_get_sampling_client().result()
     run_sample = local_sampling(fp32_sampler, prompts, args.max_tokens)
     flops = count_flops_on_workers(run_sample)
-    fp32_data = training_data(training.get_tokenizer().encode(PROMPT), args.rows, args.length, len(training.get_tokenizer()))
+    fp32_data = training_data(
+        training.get_tokenizer().encode(PROMPT), args.rows, args.length, len(training.get_tokenizer())
+    )
 
     def fp32_train() -> None:
         fp32_training.forward_backward(fp32_data, "importance_sampling").result()
@@ -383,10 +434,22 @@ def compare_float32(
     fp32_sample, fp32_train_times = timed(args.repeats, run_sample), timed(args.repeats, fp32_train)
     report.peak = peaks[torch.float32]
     report.row(f"sample {args.requests}x{args.max_tokens} tok turn 2: local, float32 weights", *fp32_sample, flops)
-    report.row(f"forward_backward+optim {args.rows}x{args.length} tok: local, float32 weights", *fp32_train_times, train_flops)
+    report.row(
+        f"forward_backward+optim {args.rows}x{args.length} tok: local, float32 weights", *fp32_train_times, train_flops
+    )
     report.peak = peaks[torch.bfloat16]
-    report.row(f"sample {args.requests}x{args.max_tokens} tok turn 2: local, bfloat16 (vs float32)", *bf16_sample, flops, fp32_sample)
-    report.row(f"forward_backward+optim {args.rows}x{args.length} tok: local, bfloat16 (vs float32)", *bf16_train, train_flops, fp32_train_times)
+    report.row(
+        f"sample {args.requests}x{args.max_tokens} tok turn 2: local, bfloat16 (vs float32)",
+        *bf16_sample,
+        flops,
+        fp32_sample,
+    )
+    report.row(
+        f"forward_backward+optim {args.rows}x{args.length} tok: local, bfloat16 (vs float32)",
+        *bf16_train,
+        train_flops,
+        fp32_train_times,
+    )
     responses = local_sampling(sampler, prompts, args.max_tokens)()
     sampled = [r.sequences[0].logprobs for r in responses]
     for label, learner in (("float32 learner", fp32_training), ("bfloat16 learner", training)):
@@ -415,15 +478,25 @@ class StepShape:
 MULTI_TURN = StepShape("multi-turn", turns=4, action_tokens=20)
 SINGLE_TURN = StepShape("single-turn", turns=1, action_tokens=16)
 # what the environment adds after an action: the end of the turn, a user reply, the next header
-REPLY = "<|im_end|>\n<|im_start|>user\nNot quite: try another one, shorter this time.<|im_end|>\n<|im_start|>assistant\n"
+REPLY = (
+    "<|im_end|>\n<|im_start|>user\nNot quite: try another one, shorter this time.<|im_end|>\n<|im_start|>assistant\n"
+)
 TOPICS = ("a river", "the desert", "a forest", "the sea")
 
 
 def first_prompts(tokenizer: Any, shape: StepShape) -> list[list[int]]:
     """Each group's opening question in the model's chat template, once per episode of the group."""
     per_group = shape.episodes // shape.groups
-    questions = [f"Name an animal that lives in {TOPICS[g % len(TOPICS)]}, and say one fact about it." for g in range(shape.groups)]
-    rendered = [tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)) for q in questions]
+    questions = [
+        f"Name an animal that lives in {TOPICS[g % len(TOPICS)]}, and say one fact about it."
+        for g in range(shape.groups)
+    ]
+    rendered = [
+        tokenizer.encode(
+            tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        )
+        for q in questions
+    ]
     return [rendered[e // per_group] for e in range(shape.episodes)]
 
 
@@ -431,8 +504,14 @@ def step_config(shape: StepShape) -> Any:
     from gemlab.config import make_config
 
     return make_config(
-        "smollm2", batch_size=shape.episodes * shape.turns, num_env=shape.episodes, group_size=shape.episodes // shape.groups,
-        log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"), warmup_steps=0, eval_every=0, max_steps=10_000,
+        "smollm2",
+        batch_size=shape.episodes * shape.turns,
+        num_env=shape.episodes,
+        group_size=shape.episodes // shape.groups,
+        log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"),
+        warmup_steps=0,
+        eval_every=0,
+        max_steps=10_000,
     )
 
 
@@ -453,7 +532,9 @@ def play(sample_turn: SampleTurn, tokenizer: Any, shape: StepShape, step: int) -
         last = turn == shape.turns - 1
         for played, prompt, (tokens, logprobs) in zip(turns, prompts, actions, strict=True):
             reward = float(rng.random() < 0.5) if last else 0.0
-            played.append(Transition(obs_tokens=prompt, act_tokens=tokens, act_logprobs=logprobs, reward=reward, done=last))
+            played.append(
+                Transition(obs_tokens=prompt, act_tokens=tokens, act_logprobs=logprobs, reward=reward, done=last)
+            )
         prompts = [prompt + tokens + reply for prompt, (tokens, _) in zip(prompts, actions, strict=True)]
     per_group = shape.episodes // shape.groups
     return RolloutBatch([Episode(transitions=t, env_index=e, group=(0, e // per_group)) for e, t in enumerate(turns)])
@@ -476,10 +557,18 @@ def local_step(training: Any, shape: StepShape, merge: bool = True) -> Callable[
 
         def sample_turn(prompts: list[list[int]], turn: int) -> list[tuple[list[int], list[float]]]:
             async def turn_requests() -> list[Any]:
-                return await asyncio.gather(*[
-                    sampler.sample(types.ModelInput.from_ints(p), 1, types.SamplingParams(max_tokens=shape.action_tokens, stop=[], seed=1000 * step + 100 * turn + e))
-                    for e, p in enumerate(prompts)
-                ])
+                return await asyncio.gather(
+                    *[
+                        sampler.sample(
+                            types.ModelInput.from_ints(p),
+                            1,
+                            types.SamplingParams(
+                                max_tokens=shape.action_tokens, stop=[], seed=1000 * step + 100 * turn + e
+                            ),
+                        )
+                        for e, p in enumerate(prompts)
+                    ]
+                )
 
             return [(list(r.sequences[0].tokens), list(r.sequences[0].logprobs)) for r in asyncio.run(turn_requests())]
 
@@ -488,19 +577,30 @@ def local_step(training: Any, shape: StepShape, merge: bool = True) -> Callable[
         sampled = time.perf_counter()
         prepared = prepare(batch, config, step)
         if not merge:
-            prepared.datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(prepared.transitions, prepared.advantages, strict=True)]
+            prepared.datums = [
+                policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a)
+                for t, a in zip(prepared.transitions, prepared.advantages, strict=True)
+            ]
             prepared.minibatches = [list(range(len(prepared.datums)))]
         outputs, _ = asyncio.run(update(training, prepared.datums, prepared.minibatches, config, step))
         trained = time.perf_counter()
         per_turn = [turn_output(outputs[p.datum], p) for p in prepared.placements] if merge else outputs
         gap = policy_metrics(prepared.transitions, per_turn)["train/logprob_diff_abs"]
         tokens = sum(d.model_input.length for d in prepared.datums)
-        return {"sample": sampled - start, "train": trained - sampled, "gap": gap, "datums": len(prepared.datums), "tokens": tokens}
+        return {
+            "sample": sampled - start,
+            "train": trained - sampled,
+            "gap": gap,
+            "datums": len(prepared.datums),
+            "tokens": tokens,
+        }
 
     return run
 
 
-def plain_step(name: str, dtype: torch.dtype, shape: StepShape, rank: int, micro: int) -> Callable[[], dict[str, float]]:
+def plain_step(
+    name: str, dtype: torch.dtype, shape: StepShape, rank: int, micro: int
+) -> Callable[[], dict[str, float]]:
     """The same step done the plain way, on one PEFT model in ``dtype``: ``generate`` each turn on
     the whole history (a left-padded batch, logprobs from its logits), then one datum per turn,
     ``micro`` datums a pass (right-padded), importance-sampling loss, AdamW."""
@@ -522,11 +622,21 @@ def plain_step(name: str, dtype: torch.dtype, shape: StepShape, rank: int, micro
         model.eval()
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids, attention_mask=mask, do_sample=True, top_k=0, top_p=1.0, max_new_tokens=shape.action_tokens,
-                min_new_tokens=shape.action_tokens, pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=shape.action_tokens,
+                min_new_tokens=shape.action_tokens,
+                pad_token_id=pad,
+                output_logits=True,
+                return_dict_in_generate=True,
             )
         new = out.sequences[:, width:]
-        logprobs = torch.stack([torch.log_softmax(step_logits.float(), -1) for step_logits in out.logits], 1).gather(-1, new[..., None])[..., 0]
+        logprobs = torch.stack([torch.log_softmax(step_logits.float(), -1) for step_logits in out.logits], 1).gather(
+            -1, new[..., None]
+        )[..., 0]
         return [(new[i].tolist(), logprobs[i].tolist()) for i in range(len(prompts))]
 
     def run() -> dict[str, float]:
@@ -534,28 +644,48 @@ def plain_step(name: str, dtype: torch.dtype, shape: StepShape, rank: int, micro
         start = time.perf_counter()
         batch = play(sample_turn, tokenizer, shape, step)
         sampled = time.perf_counter()
-        transitions, advantages = prepare_transitions(batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size, rng=np.random.default_rng(step))
-        data = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages, strict=True)]
+        transitions, advantages = prepare_transitions(
+            batch,
+            gamma=config.gamma,
+            advantage=config.advantage,
+            batch_size=config.batch_size,
+            rng=np.random.default_rng(step),
+        )
+        data = [
+            policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a)
+            for t, a in zip(transitions, advantages, strict=True)
+        ]
         model.train()
         for first in range(0, len(data), micro):
             part = data[first : first + micro]
             width = max(d.model_input.length for d in part)
-            ids, target, q, adv = (torch.zeros((len(part), width), dtype=t) for t in (torch.long, torch.long, torch.float32, torch.float32))
+            ids, target, q, adv = (
+                torch.zeros((len(part), width), dtype=t) for t in (torch.long, torch.long, torch.float32, torch.float32)
+            )
             for i, d in enumerate(part):
                 n = d.model_input.length
                 ids[i, :n] = torch.tensor(d.model_input.to_ints())
-                target[i, :n], q[i, :n], adv[i, :n] = (d.loss_fn_inputs[k].to_torch() for k in ("target_tokens", "logprobs", "advantages"))
+                target[i, :n], q[i, :n], adv[i, :n] = (
+                    d.loss_fn_inputs[k].to_torch() for k in ("target_tokens", "logprobs", "advantages")
+                )
             logits = model(input_ids=ids).logits.float()
             lp = torch.log_softmax(logits, -1).gather(-1, target[..., None])[..., 0]
             (-(torch.exp(lp - q) * adv).sum()).backward()
         optimizer.step()
         optimizer.zero_grad()
-        return {"sample": sampled - start, "train": time.perf_counter() - sampled, "datums": len(data), "tokens": sum(d.model_input.length for d in data)}
+        return {
+            "sample": sampled - start,
+            "train": time.perf_counter() - sampled,
+            "datums": len(data),
+            "tokens": sum(d.model_input.length for d in data),
+        }
 
     return run
 
 
-def timed_step(repeats: int, run: Callable[[], dict[str, float]], count: Callable[[Callable[[], Any]], int]) -> tuple[float, float, float, dict[str, float]]:
+def timed_step(
+    repeats: int, run: Callable[[], dict[str, float]], count: Callable[[Callable[[], Any]], int]
+) -> tuple[float, float, float, dict[str, float]]:
     """(wall s, CPU s, FLOPs, what the step returned) of the fastest of ``repeats`` runs, after a
     warm-up run whose FLOPs ``count`` counts (every run does the same work: fixed-length actions)."""
     flops = count(run)
@@ -573,7 +703,10 @@ def bench_steps(report: Report, training: Any, dtype: torch.dtype, repeats: int,
     """The multi-turn and the single-turn step, local against plain; with ``ablations``, the local
     multi-turn step without the turns kept (``GEMLAB_KV_CACHE_MB=0``) and without merged datums."""
     rank = training.get_info().lora_rank
-    print(f"\nRL steps of 64 episodes in 4 groups (synthetic conversations, fixed-length actions, 21-token replies), LoRA rank {rank}, {dtype}")
+    print(
+        "\nRL steps of 64 episodes in 4 groups (synthetic conversations, fixed-length actions, 21-token "
+        f"replies), LoRA rank {rank}, {dtype}"
+    )
     for shape, micro in ((MULTI_TURN, 8), (SINGLE_TURN, 16)):
         what = f"{shape.label} step: 64 episodes x {shape.turns} turn(s) of {shape.action_tokens} tok"
         plain = timed_step(repeats, plain_step(SMOLLM2, dtype, shape, rank, micro), count_flops)
@@ -581,8 +714,11 @@ def bench_steps(report: Report, training: Any, dtype: torch.dtype, repeats: int,
         report.row(f"{what}: plain generate + PEFT", *plain[:3])
         report.row(f"{what}: local", *local[:3], plain[:2])
         for label, (_, _, _, info) in (("plain", plain), ("local", local)):
-            print(f"  {label}: sampling {info['sample']:.2f} s, training {info['train']:.2f} s on {info['datums']} datums of {info['tokens']} tokens"
-                  + (f"; sampler/learner mean |logprob diff| {info['gap']:.4f} nats" if "gap" in info else ""))
+            print(
+                f"  {label}: sampling {info['sample']:.2f} s, training {info['train']:.2f} s on "
+                f"{info['datums']} datums of {info['tokens']} tokens"
+                + (f"; sampler/learner mean |logprob diff| {info['gap']:.4f} nats" if "gap" in info else "")
+            )
         if ablations and shape is MULTI_TURN:
             os.environ[BUDGET_ENV] = "0"
             try:
@@ -593,7 +729,10 @@ def bench_steps(report: Report, training: Any, dtype: torch.dtype, repeats: int,
             report.row(f"{what}: local, no turns kept (vs local)", *no_cache[:3], local[:2])
             report.row(f"{what}: local, a datum per turn (vs local)", *per_turn[:3], local[:2])
             for label, info in (("no turns kept", no_cache[3]), ("a datum per turn", per_turn[3])):
-                print(f"  local, {label}: sampling {info['sample']:.2f} s, training {info['train']:.2f} s on {info['datums']} datums of {info['tokens']} tokens")
+                print(
+                    f"  local, {label}: sampling {info['sample']:.2f} s, training {info['train']:.2f} s on "
+                    f"{info['datums']} datums of {info['tokens']} tokens"
+                )
 
 
 def learner_logprobs(training: Any, prompts: list[list[int]], responses: list[Any]) -> list[list[float]]:
@@ -618,7 +757,9 @@ def bench_tool(report: Report, steps: int, peaks: dict[torch.dtype, float]) -> N
     from gemlab.evaluate import evaluate_trainer
     from gemlab.trainer import Trainer
 
-    config = make_config("smollm2-tool", log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"), eval_every=0, max_steps=10_000)
+    config = make_config(
+        "smollm2-tool", log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"), eval_every=0, max_steps=10_000
+    )
     trainer = Trainer(config, progress=False)
     try:
         trainer.warmup()
@@ -626,8 +767,13 @@ def bench_tool(report: Report, steps: int, peaks: dict[torch.dtype, float]) -> N
         report.peak = peaks[dtype]
         wall, cpu = time.perf_counter(), time.process_time()
         result = evaluate_trainer(trainer)
-        report.row(f"smollm2-tool: held-out evaluation, {config.eval_games} episodes", time.perf_counter() - wall, time.process_time() - cpu, 0.0,
-                   note=f"success {result.success_rate:.2f}")
+        report.row(
+            f"smollm2-tool: held-out evaluation, {config.eval_games} episodes",
+            time.perf_counter() - wall,
+            time.process_time() - cpu,
+            0.0,
+            note=f"success {result.success_rate:.2f}",
+        )
         rows = []
         for _ in range(steps):
             wall, cpu = time.perf_counter(), time.process_time()
@@ -676,10 +822,15 @@ def bench_step(report: Report, label: str, config: Any, steps: int, peaks: dict[
     cpu, wall = statistics.median(cpu_times), statistics.median(walls)
     cores = os.cpu_count() or 1
     report.peak = peaks[dtype]
-    report.row(f"{label.split(' (')[0]} (median of {steps})", wall, cpu, flops, note=f"{cpu / floor:.1f}x the floor in CPU-s")
-    print(f"\n{label}, {dtype}: median of {steps}: wall {wall:.2f} s (sampling {statistics.median(samples):.2f} s, training "
-          f"{statistics.median(trains):.2f} s), {cpu:.2f} CPU-s; {flops / 1e9:.1f} GFLOP -> floor {floor:.2f} CPU-s: "
-          f"{cpu / floor:.1f}x the floor in CPU-s, {wall / (floor / cores):.1f}x it in wall s on {cores} cores")
+    report.row(
+        f"{label.split(' (')[0]} (median of {steps})", wall, cpu, flops, note=f"{cpu / floor:.1f}x the floor in CPU-s"
+    )
+    print(
+        f"\n{label}, {dtype}: median of {steps}: wall {wall:.2f} s (sampling {statistics.median(samples):.2f} "
+        "s, training "
+        f"{statistics.median(trains):.2f} s), {cpu:.2f} CPU-s; {flops / 1e9:.1f} GFLOP -> floor {floor:.2f} CPU-s: "
+        f"{cpu / floor:.1f}x the floor in CPU-s, {wall / (floor / cores):.1f}x it in wall s on {cores} cores"
+    )
 
 
 ISAS = {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
@@ -687,28 +838,54 @@ ISAS = {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_IS
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--isa", nargs="+", default=list(ISAS), choices=list(ISAS),
-                        help="kernels to measure with, each in a process of its own: this CPU's own, and AVX2 only (a laptop's)")
+    parser.add_argument(
+        "--isa",
+        nargs="+",
+        default=list(ISAS),
+        choices=list(ISAS),
+        help="kernels to measure with, each in a process of its own: this CPU's own, and AVX2 only (a laptop's)",
+    )
     parser.add_argument("--rows-to", help=argparse.SUPPRESS)  # a child process writes its rows here (JSON lines)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--step-repeats", type=int, default=1, help="timed runs of each RL step of the 'steps' part, after a counted warm-up")
+    parser.add_argument(
+        "--step-repeats",
+        type=int,
+        default=1,
+        help="timed runs of each RL step of the 'steps' part, after a counted warm-up",
+    )
     parser.add_argument("--requests", type=int, default=32, help="concurrent sampling requests")
-    parser.add_argument("--max-tokens", type=int, default=16, help="tokens per sample (the smollm2 preset's max_tokens)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=16, help="tokens per sample (the smollm2 preset's max_tokens)"
+    )
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--length", type=int, default=300)
     parser.add_argument("--tiny-steps", type=int, default=10)
     parser.add_argument("--smollm2-steps", type=int, default=3, help="preset=smollm2 steps to time (0: none)")
-    parser.add_argument("--tool-steps", type=int, default=2, help="preset=smollm2-tool RL steps to time, in the 'tool' part")
+    parser.add_argument(
+        "--tool-steps", type=int, default=2, help="preset=smollm2-tool RL steps to time, in the 'tool' part"
+    )
     parser.add_argument("--skip-smollm2", action="store_true")
-    parser.add_argument("--parts", nargs="*", default=["sampling", "training", "tool", "steps"], choices=["sampling", "training", "tool", "steps"],
-                        help="SmolLM2 parts to run (the float32 comparison runs with any, where the backend chose bfloat16)")
-    parser.add_argument("--ablations", action="store_true", help="also the multi-turn step without the turns kept, and with a datum per turn")
+    parser.add_argument(
+        "--parts",
+        nargs="*",
+        default=["sampling", "training", "tool", "steps"],
+        choices=["sampling", "training", "tool", "steps"],
+        help="SmolLM2 parts to run (the float32 comparison runs with any, where the backend chose bfloat16)",
+    )
+    parser.add_argument(
+        "--ablations",
+        action="store_true",
+        help="also the multi-turn step without the turns kept, and with a datum per turn",
+    )
     args = parser.parse_args()
     if args.rows_to is None:
         side_by_side(args)
         return
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} CPUs visible; torch {torch.__version__} using {torch.backends.cpu.get_cpu_capability()} kernels; "
-          f"load {os.getloadavg()}")
+    print(
+        f"CPU: {cpu_name()}, {os.cpu_count()} CPUs visible; torch {torch.__version__} using "
+        f"{torch.backends.cpu.get_cpu_capability()} kernels; "
+        f"load {os.getloadavg()}"
+    )
     peaks = {torch.float32: matmul_rate(), torch.bfloat16: matmul_rate(torch.bfloat16)}
     print(f"limit: {peaks[torch.float32] / 1e9:.0f} GFLOP per CPU-second float32 (torch.mm of up to 2048^3, 1 thread); "
           f"bfloat16 {peaks[torch.bfloat16] / 1e9:.1f} ({peaks[torch.bfloat16] / peaks[torch.float32]:.2f}x)")
@@ -736,9 +913,21 @@ def measure(args: argparse.Namespace, report: Report, peaks: dict[torch.dtype, f
     if not args.skip_smollm2 and args.smollm2_steps:
         # the recipe's RL step on the base model (no warm-up: its answers run to max_tokens, the longest step)
         config = make_config("smollm2", log_dir=log_dir, warmup_steps=0, eval_every=0, max_steps=10_000)
-        bench_step(report, f"{SMOLLM2} preset=smollm2 step (64 episodes: 4 problems x 16 answers)", config, args.smollm2_steps, peaks)
+        bench_step(
+            report,
+            f"{SMOLLM2} preset=smollm2 step (64 episodes: 4 problems x 16 answers)",
+            config,
+            args.smollm2_steps,
+            peaks,
+        )
     if args.tiny_steps:
-        bench_step(report, f"{TINY} laptop step", make_config("laptop", log_dir=log_dir, max_steps=10_000), args.tiny_steps, peaks)
+        bench_step(
+            report,
+            f"{TINY} laptop step",
+            make_config("laptop", log_dir=log_dir, max_steps=10_000),
+            args.tiny_steps,
+            peaks,
+        )
 
 
 def side_by_side(args: argparse.Namespace) -> None:
@@ -749,17 +938,31 @@ def side_by_side(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="gemlab-bench-") as folder:
         for isa in args.isa:
             rows = Path(folder) / f"{isa}.jsonl"
-            print(f"\n===== {isa} kernels{' (' + ' '.join(f'{k}={v}' for k, v in ISAS[isa].items()) + ')' if ISAS[isa] else ''} =====", flush=True)
-            subprocess.run([sys.executable, __file__, *forwarded, "--isa", isa, "--rows-to", str(rows)], env={**os.environ, **ISAS[isa]}, check=False)
+            print(
+                f"\n===== {isa} "
+                f"kernels{' (' + ' '.join(f'{k}={v}' for k, v in ISAS[isa].items()) + ')' if ISAS[isa] else ''} "
+                "=====",
+                flush=True,
+            )
+            subprocess.run(
+                [sys.executable, __file__, *forwarded, "--isa", isa, "--rows-to", str(rows)],
+                env={**os.environ, **ISAS[isa]},
+                check=False,
+            )
             results[isa] = [Row(**json.loads(line)) for line in rows.read_text().splitlines()] if rows.exists() else []
     labels = list(dict.fromkeys(row.what for rows in results.values() for row in rows))
-    print(f"\n{cpu_name()}, {os.cpu_count()} CPUs: each ISA's wall s, CPU s, % of its own peak per CPU-s, and ratio or note")
+    print(
+        f"\n{cpu_name()}, {os.cpu_count()} CPUs: each ISA's wall s, CPU s, % of its own peak per CPU-s, and "
+        "ratio or note"
+    )
     print(f"{'what':66} " + " | ".join(f"{isa:^53}" for isa in results))
     for label in labels:
         cells = []
         for rows in results.values():
             row = next((r for r in rows if r.what == label), None)
-            cells.append(f"{row.wall:7.2f} {row.cpu:7.2f} {row.efficiency:5.0f}% {row.ratio[:30]:>30}" if row else f"{'-':^53}")
+            cells.append(
+                f"{row.wall:7.2f} {row.cpu:7.2f} {row.efficiency:5.0f}% {row.ratio[:30]:>30}" if row else f"{'-':^53}"
+            )
         print(f"{label:66} " + " | ".join(cells))
 
 

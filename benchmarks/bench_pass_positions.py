@@ -27,7 +27,9 @@ def one_step_of_datums(overrides: list[str]) -> tuple[Any, list[Any], str, dict[
     """The Trainer of ``overrides`` and the datums, loss and its config of its first step."""
     options = dict(arg.split("=", 1) for arg in overrides)
     preset = options.pop("preset", "smollm2-tool")
-    config = make_config(preset, eval_every=0, max_steps=1, save_every=0, log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"), **options)
+    config = make_config(
+        preset, eval_every=0, max_steps=1, save_every=0, log_dir=tempfile.mkdtemp(prefix="gemlab-bench-"), **options
+    )
     trainer = Trainer(config, progress=False)
     client = trainer.training_client
     sent: list[Any] = []
@@ -50,7 +52,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("overrides", nargs="*", help="preset=NAME and config fields, e.g. preset=smollm2-guess")
     args = parser.parse_args()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores; uptime: "
+        f"{subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"
+    )
     trainer, data, loss_fn, kwargs = one_step_of_datums(args.overrides)
     client = trainer.training_client
     print(f"{len(data)} datums, {sum(d.model_input.length for d in data)} tokens, weights in {client._model.dtype}")
@@ -62,7 +67,10 @@ def main() -> None:
             wall, cpu = time.perf_counter(), time.process_time()
             client.forward_backward(data, loss_fn, **kwargs).result()
             times.setdefault(size, []).append(time.perf_counter() - wall)
-            print(f"  {size:5d} positions a pass: {times[size][-1]:.1f} s wall, {time.process_time() - cpu:.1f} CPU s", flush=True)
+            print(
+                f"  {size:5d} positions a pass: {times[size][-1]:.1f} s wall, {time.process_time() - cpu:.1f} CPU s",
+                flush=True,
+            )
     print("min per size: " + ", ".join(f"{size}: {min(values):.1f} s" for size, values in times.items()))
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     trainer.close()

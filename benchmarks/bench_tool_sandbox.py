@@ -75,7 +75,10 @@ def main() -> None:
         if not times:
             print(f"{mode:5s} {label:30s} fails here")
             continue
-        print(f"{mode:5s} {label:30s} min {min(times) * 1000:5.0f} ms  median {statistics.median(times) * 1000:5.0f} ms  ({runs} runs)")
+        print(
+            f"{mode:5s} {label:30s} min {min(times) * 1000:5.0f} ms  median "
+            f"{statistics.median(times) * 1000:5.0f} ms  ({runs} runs)"
+        )
     print(f"load after: {os.getloadavg()}")
 
 

@@ -62,7 +62,9 @@ class Watch:
         self._stop.set()
 
 
-def run_clients(server: ServerProcess, count: int, steps: int, save: bool, workdir: Path, first_key: int = 0) -> list[list[float]]:
+def run_clients(
+    server: ServerProcess, count: int, steps: int, save: bool, workdir: Path, first_key: int = 0
+) -> list[list[float]]:
     """``count`` client processes at once (key ``first_key + i``); each one's step times. Exits on a failure."""
     procs = [
         subprocess.Popen(
@@ -161,13 +163,21 @@ def main() -> None:
     parser.add_argument("--wave-clients", type=int, default=10, help="clients per wave, at once")
     parser.add_argument("--clients", type=int, default=30, help="clients at once in the step-time run (0: none)")
     parser.add_argument("--client-steps", type=int, default=3, help="RL steps per client in the step-time run")
-    parser.add_argument("--big", type=int, default=4, help="big requests queued by one key in the fairness run (0: no fairness run)")
+    parser.add_argument(
+        "--big", type=int, default=4, help="big requests queued by one key in the fairness run (0: no fairness run)"
+    )
     args = parser.parse_args()
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average at start: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    print(
+        f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average at start: "
+        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
+    )
     with offline_server("--keys", "30") as (server, workdir):
         watch = Watch(server.process.pid)
         try:
-            print(f"memory: {args.waves} waves of {args.wave_clients} clients (3 RL steps, a checkpoint and a sampler each, then close):")
+            print(
+                f"memory: {args.waves} waves of {args.wave_clients} clients (3 RL steps, a checkpoint and a "
+                "sampler each, then close):"
+            )
             memory(server, watch, args.waves, args.wave_clients, workdir)
             if args.clients:
                 print(f"step time: {args.clients} clients at once:")

@@ -53,9 +53,19 @@ def main(args: list[str]) -> int:
     memory_only = "--memory-only" in args
     args = [arg for arg in args if arg != "--memory-only"]
     recorded = doctor.read_measurements()
-    wanted = dict(arg.partition(":")[::2] for arg in args) or {path.stem: "" for path in sorted(doctor.NOTEBOOKS.glob("*.ipynb"))}
-    env = {**os.environ, "GEMLAB_QUICK": "0", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    print("notebook | peak GB" if memory_only else "notebook | wall s | step s (before, after) | steps | fixed s at reference | load (1 min) | peak GB")
+    wanted = dict(arg.partition(":")[::2] for arg in args) or {
+        path.stem: "" for path in sorted(doctor.NOTEBOOKS.glob("*.ipynb"))
+    }
+    env = {
+        **os.environ,
+        "GEMLAB_QUICK": "0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    print(
+        "notebook | peak GB"
+        if memory_only
+        else "notebook | wall s | step s (before, after) | steps | fixed s at reference | load (1 min) | peak GB"
+    )
     for name, steps_arg in wanted.items():
         notebook = doctor.NOTEBOOKS / f"{name}.ipynb"
         if not notebook.is_file():
@@ -65,7 +75,10 @@ def main(args: list[str]) -> int:
             print(f"{name}:{steps_arg}: after ':' give the laptop RL steps it trains, a whole number")
             continue
         if memory_only and name not in recorded:
-            print(f"{name}: no recorded times to keep; measure it in full first: python benchmarks/calibrate_doctor.py {name}")
+            print(
+                f"{name}: no recorded times to keep; measure it in full first: python "
+                f"benchmarks/calibrate_doctor.py {name}"
+            )
             continue
         steps = int(steps_arg) if steps_arg else recorded.get(name, {}).get("steps", 0)
         before = 0.0 if memory_only else doctor.measure_step_time(3)[1]
@@ -82,10 +95,15 @@ def main(args: list[str]) -> int:
             step = (before + after) / 2
             fixed = (wall - steps * step) * doctor.REFERENCE_STEP_S / step
             load = os.getloadavg()[0]
-            print(f"{name} | {wall:.0f} | {step:.2f} ({before:.2f}, {after:.2f}) | {steps} | {fixed:.0f} | {load:.1f} | {peak:.2f}", flush=True)
+            print(
+                f"{name} | {wall:.0f} | {step:.2f} ({before:.2f}, {after:.2f}) | {steps} | {fixed:.0f} | "
+                f"{load:.1f} | {peak:.2f}",
+                flush=True,
+            )
             note = {"note": recorded[name]["note"]} if recorded.get(name, {}).get("note") else {}
             recorded[name] = {
-                "wall_s": round(wall, 1), "step_s": [round(before, 3), round(after, 3)], "steps": steps, "load": round(load, 1),
+                "wall_s": round(wall, 1), "step_s": [round(before, 3), round(after, 3)], "steps": steps,
+                "load": round(load, 1),
                 "date": time.strftime("%Y-%m-%d"), "sizes": doctor.full_sizes(notebook), **peak_record, **note,
             }  # fmt: skip
         doctor.MEASURED_FILE.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")

@@ -96,9 +96,12 @@ def big_heads(port: int, health: str, host: str, label: str) -> None:
     for answer, _took in answers:
         check("header size", status(answer) == 431, f"{label}: 100 MiB header answered {answer[:40]!r}")
     check("header size", bool(times) and max(times) < 2.0, f"{label}: health worst {max(times or [0]):.2f} s")
-    print(f"  {label}: 5 x 2 x 100 MiB headers -> {sorted({status(a) for a, _ in answers})}, answered in median "
-          f"{statistics.median(t for _, t in answers):.3f} s, worst {max(t for _, t in answers):.3f} s; "
-          f"/health during: median {statistics.median(times or [0]):.3f} s, worst {max(times or [0]):.3f} s (n={len(times)})")
+    print(
+        f"  {label}: 5 x 2 x 100 MiB headers -> {sorted({status(a) for a, _ in answers})}, answered in median "
+        f"{statistics.median(t for _, t in answers):.3f} s, worst {max(t for _, t in answers):.3f} s; "
+        f"/health during: median {statistics.median(times or [0]):.3f} s, worst {max(times or [0]):.3f} "
+        f"s (n={len(times)})"
+    )
 
 
 def fb_body(model_id: str, datums: int, length: int, target_dtype: int = pb.DTYPE_INT64) -> bytes:
@@ -107,7 +110,9 @@ def fb_body(model_id: str, datums: int, length: int, target_dtype: int = pb.DTYP
         datum = msg.data.add()
         datum.model_input.add().encoded_text.tokens = (np.arange(length, dtype=np.int32) % 50 + 1 + i % 7).tobytes()
         targets = (np.arange(length) % 50 + 2).astype(np.int64 if target_dtype == pb.DTYPE_INT64 else np.float32)
-        datum.loss_fn_inputs["target_tokens"].CopyFrom(pb.Tensor(dense=targets.tobytes(), dtype=target_dtype, shape=[length]))
+        datum.loss_fn_inputs["target_tokens"].CopyFrom(
+            pb.Tensor(dense=targets.tobytes(), dtype=target_dtype, shape=[length])
+        )
         weights = np.ones(length, np.float32).tobytes()
         datum.loss_fn_inputs["weights"].CopyFrom(pb.Tensor(dense=weights, dtype=pb.DTYPE_FLOAT32, shape=[length]))
     return msg.SerializeToString()
@@ -119,7 +124,12 @@ class Tenant:
     def __init__(self, url: str, key: str):
         self.client = httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=120)
         self.session = self.client.post("/api/v1/create_session", json=NEW_SESSION).json()["session_id"]
-        create = {"session_id": self.session, "model_seq_id": 0, "base_model": "gemlab/tiny-chat", "lora_config": {"rank": 8}}
+        create = {
+            "session_id": self.session,
+            "model_seq_id": 0,
+            "base_model": "gemlab/tiny-chat",
+            "lora_config": {"rank": 8},
+        }
         answer = self.client.post("/api/v1/create_model", json=create).json()
         self.model = answer["model_id"]
         self.wait(answer["request_id"])
@@ -164,14 +174,25 @@ def workshop(fair_datums: int) -> None:
         before, started = rss(pid), time.perf_counter()
         answer = alice.fb(packed, "zstd")
         took = time.perf_counter() - started
-        check("compressed body", answer.status_code == 400, f"16M-token zstd datum: {answer.status_code} {answer.text[:100]}")
-        print(f"  {len(packed)} B zstd -> one 16M-token datum: {answer.status_code} in {took:.2f} s, RSS {before:.0f} -> {rss(pid):.0f} MiB: "
-              f"{answer.json().get('error', '')[:90]}", flush=True)
+        check(
+            "compressed body",
+            answer.status_code == 400,
+            f"16M-token zstd datum: {answer.status_code} {answer.text[:100]}",
+        )
+        print(
+            f"  {len(packed)} B zstd -> one 16M-token datum: {answer.status_code} in {took:.2f} s, RSS "
+            f"{before:.0f} -> {rss(pid):.0f} MiB: "
+            f"{answer.json().get('error', '')[:90]}",
+            flush=True,
+        )
         bomb = zstandard.ZstdCompressor().compress(bytes(1 << 30))
         started = time.perf_counter()
         answer = alice.fb(bomb, "zstd")
         check("compressed body", answer.status_code == 413, f"1 GiB zstd bomb: {answer.status_code}")
-        print(f"  {len(bomb)} B zstd expanding to 1 GiB: {answer.status_code} in {time.perf_counter() - started:.2f} s", flush=True)
+        print(
+            f"  {len(bomb)} B zstd expanding to 1 GiB: {answer.status_code} in {time.perf_counter() - started:.2f} s",
+            flush=True,
+        )
         for encoding in ("gzip", "br"):
             answer = alice.fb(b"\x1f\x8bnot gzip", encoding)
             check("compressed body", 400 <= answer.status_code < 500, f"{encoding}: {answer.status_code}")
@@ -180,12 +201,25 @@ def workshop(fair_datums: int) -> None:
         deep = b'{"tinker_path": ' + b"[" * 5000 + b"]" * 5000 + b"}"
         answer = alice.client.post("/api/v1/weights_info", content=deep, headers={"content-type": "application/json"})
         check("malformed", answer.status_code == 400, f"5000-deep JSON: {answer.status_code}")
-        check("malformed", alice.fb(fb_body(alice.model, 1, 8, pb.DTYPE_FLOAT32)).status_code == 400, "float target_tokens")
+        check(
+            "malformed",
+            alice.fb(fb_body(alice.model, 1, 8, pb.DTYPE_FLOAT32)).status_code == 400,
+            "float target_tokens",
+        )
         check("malformed", alice.fb(fb_body(alice.model, 1, 4096)).status_code == 400, "datum over the context")
-        check("bounds", alice.fb(fb_body(alice.model, 129, 2048)).status_code == 400, "forward_backward over --max-train-tokens")
-        sample = {"base_model": "gemlab/tiny-chat", "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1] * 1000}]},
+        check(
+            "bounds",
+            alice.fb(fb_body(alice.model, 129, 2048)).status_code == 400,
+            "forward_backward over --max-train-tokens",
+        )
+        sample = {"base_model": "gemlab/tiny-chat", "prompt": {"chunks": [{"type": "encoded_text",
+            "tokens": [1] * 1000}]},
                   "num_samples": 64, "sampling_params": {"max_tokens": 40}}  # fmt: skip
-        check("bounds", alice.client.post("/api/v1/asample", json=sample).status_code == 400, "sample over --max-sample-tokens")
+        check(
+            "bounds",
+            alice.client.post("/api/v1/asample", json=sample).status_code == 400,
+            "sample over --max-sample-tokens",
+        )
         head = (f"POST /api/v1/forward_backward HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {server.keys[0]}\r\n"
                 "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nZZ\r\nbad\r\n")  # fmt: skip
         answer, _ = raw(port, head.encode())
@@ -206,9 +240,18 @@ def workshop(fair_datums: int) -> None:
         alice.wait(large.json()["request_id"])
         large_done = time.monotonic()
         unit_s = (large_done - large_started) / units  # this machine's time per unit, at its load now
-        check("fairness", small_done < large_done and waited < 2.5 * unit_s, f"small waited {waited:.2f} s, a unit {unit_s:.2f} s")
-        print(f"  fairness: bob's 64-token forward_backward behind alice's {fair_datums} x 2,048 tokens answered in {waited:.2f} s; "
-              f"alice's finished {large_done - small_done:.1f} s later ({units} units, {unit_s:.2f} s each on average)", flush=True)
+        check(
+            "fairness",
+            small_done < large_done and waited < 2.5 * unit_s,
+            f"small waited {waited:.2f} s, a unit {unit_s:.2f} s",
+        )
+        print(
+            f"  fairness: bob's 64-token forward_backward behind alice's {fair_datums} x 2,048 tokens "
+            f"answered in {waited:.2f} s; "
+            f"alice's finished {large_done - small_done:.1f} s later ({units} units, {unit_s:.2f} s each "
+            "on average)",
+            flush=True,
+        )
 
         # cancel: the running request stops at its next unit
         large = alice.fb(fb_body(alice.model, fair_datums, 2048))
@@ -218,17 +261,29 @@ def workshop(fair_datums: int) -> None:
         small = alice.fb(fb_body(alice.model, 1, 64))  # same key: queued behind the cancelled one
         alice.wait(small.json()["request_id"])
         waited = time.perf_counter() - started
-        check("cancel", waited < 2.5 * unit_s, f"after cancel, same key's next request waited {waited:.2f} s, a unit {unit_s:.2f} s")
-        print(f"  cancel_future of {fair_datums} x 2,048 tokens: the same key's next request answered in {waited:.2f} s "
-              f"(the whole request: {units * unit_s:.1f} s)", flush=True)
+        check(
+            "cancel",
+            waited < 2.5 * unit_s,
+            f"after cancel, same key's next request waited {waited:.2f} s, a unit {unit_s:.2f} s",
+        )
+        print(
+            f"  cancel_future of {fair_datums} x 2,048 tokens: the same key's next request answered in "
+            f"{waited:.2f} s "
+            f"(the whole request: {units * unit_s:.1f} s)",
+            flush=True,
+        )
 
         heavy = rss(pid)
         time.sleep(2)
         after = rss(pid)
         held = after <= 1.2 * baseline
         check("memory", held, f"RSS {baseline:.0f} -> {after:.0f} MiB")
-        print(f"  RSS: after warm-up {baseline:.0f} MiB, after the heavy requests {heavy:.0f} MiB, 2 s later {after:.0f} MiB "
-              f"({after / baseline:.2f}x)", flush=True)
+        print(
+            f"  RSS: after warm-up {baseline:.0f} MiB, after the heavy requests {heavy:.0f} MiB, 2 s later "
+            f"{after:.0f} MiB "
+            f"({after / baseline:.2f}x)",
+            flush=True,
+        )
 
         # SIGTERM with a long queue
         for _ in range(4):
@@ -252,7 +307,8 @@ def workshop(fair_datums: int) -> None:
 def endpoint() -> None:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    proc = subprocess.Popen([sys.executable, "-m", "gemlab.openai_endpoint", "--model", "gemlab/tiny", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "gemlab.openai_endpoint", "--model", "gemlab/tiny", "--port",
+        str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     try:
         deadline = time.monotonic() + 180
@@ -275,9 +331,13 @@ def endpoint() -> None:
         ]:
             answer, _ = raw(port, f"GET /v1/models HTTP/1.1\r\n{head}\r\nConnection: close\r\n\r\n".encode())
             check("host", (status(answer) == 200) == allowed, f"{head!r}: {answer[:40]!r}")
-        answer, _ = raw(port, b"GET http://evil.example.com/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        answer, _ = raw(
+            port, b"GET http://evil.example.com/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
         check("host", status(answer) == 400, f"absolute-form URI: {answer[:40]!r}")
-        answer = httpx.post(f"http://127.0.0.1:{port}/generate", json={"input_ids": [1, 2], "sampling_params": []}, timeout=60)
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/generate", json={"input_ids": [1, 2], "sampling_params": []}, timeout=60
+        )
         check("malformed", answer.status_code == 400, f"/generate sampling_params []: {answer.status_code}")
         deep = b"[" * 5000 + b"]" * 5000
         answer = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=deep, timeout=60)
@@ -300,10 +360,22 @@ def free_port() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fair-datums", type=int, default=128, help="datums of 2,048 tokens in the large request (128: the bound)")
+    parser.add_argument(
+        "--fair-datums", type=int, default=128, help="datums of 2,048 tokens in the large request (128: the bound)"
+    )
     args = parser.parse_args()
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
-    print(f"CPU: {cpu}, {os.cpu_count()} cores; uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        "?",
+    )
+    print(
+        f"CPU: {cpu}, {os.cpu_count()} cores; uptime: "
+        f"{subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"
+    )
     workshop(args.fair_datums)
     endpoint()
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")

@@ -35,7 +35,10 @@ def lab_run(steps: int, log_dir: Path) -> str:
     asyncio.run(scenario())
     wall = time.monotonic() - start
     budget = lab.redraw_budget
-    return f"lab: {steps} steps in {wall:.0f} s, {budget.redraws} redraws, {budget.spent:.1f} s redrawing = {budget.overhead():.1%} of the run's wall time"
+    return (
+        f"lab: {steps} steps in {wall:.0f} s, {budget.redraws} redraws, {budget.spent:.1f} s redrawing = "
+        f"{budget.overhead():.1%} of the run's wall time"
+    )
 
 
 def main() -> None:

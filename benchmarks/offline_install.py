@@ -48,14 +48,18 @@ def main() -> int:
             run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheelhouse), *wanted])
             sdists = [str(p) for p in wheelhouse.glob("*.tar.gz")]
             if sdists:
-                run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--find-links", str(wheelhouse),
+                run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--find-links",
+                    str(wheelhouse),
                      "-w", str(wheelhouse), *sdists], offline=True)  # fmt: skip
             print(f"wheelhouse: {len(list(wheelhouse.iterdir()))} files in {time.perf_counter() - start:.0f} s")
         venv = Path(tmp) / "venv"
         start = time.perf_counter()
         run([sys.executable, "-m", "venv", str(venv)], offline=True)
         python = str(venv / "bin" / "python")
-        run([python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse), *packages], offline=True)
+        run(
+            [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheelhouse), *packages],
+            offline=True,
+        )
         print(f"offline install into a fresh venv: {time.perf_counter() - start:.0f} s")
         run([python, "-c", f"import {imports}; print('imports ok: {imports}')"], offline=True, cwd=tmp)
     return 0

@@ -8,9 +8,11 @@ loop can be compared on one task (research/experiments/decoupled_vs_sync.py).
 
 atroposlib drops a group whose answers all score the same (``ensure_scores_are_not_same``); set
 ``--env.scores_path`` to keep a line per group sampled (its wall-clock time and every score),
-dropped or not, with its answers' lengths in tokens, so the reward of everything sampled can be read beside the trainer's.
+dropped or not, with its answers' lengths in tokens, so the reward of everything sampled can be read beside the
+trainer's.
 
-    python examples/atropos_gem_env.py serve --env.env_id rg:sums-1digit-train --env.rollout_server_url ... --openai.base_url ...
+    python examples/atropos_gem_env.py serve --env.env_id rg:sums-1digit-train --env.rollout_server_url ...
+    --openai.base_url ...
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ class GemSingleTurnEnv(BaseEnv):
 
     @classmethod
     def config_init(cls) -> tuple[GemConfig, list[APIServerConfig]]:
-        env = GemConfig(group_size=16, use_wandb=False, wandb_name=cls.name, tokenizer_name="HuggingFaceTB/SmolLM2-135M-Instruct")
-        server = APIServerConfig(model_name="HuggingFaceTB/SmolLM2-135M-Instruct", base_url="http://localhost:9001/v1", server_type="sglang")
+        env = GemConfig(
+            group_size=16, use_wandb=False, wandb_name=cls.name, tokenizer_name="HuggingFaceTB/SmolLM2-135M-Instruct"
+        )
+        server = APIServerConfig(
+            model_name="HuggingFaceTB/SmolLM2-135M-Instruct", base_url="http://localhost:9001/v1", server_type="sglang"
+        )
         return env, [server]
 
     async def setup(self) -> None:
@@ -64,7 +70,10 @@ class GemSingleTurnEnv(BaseEnv):
         messages = [{"role": "user", "content": question}]
         async with self.server.managed_server(tokenizer=self.tokenizer) as managed:
             reply = await managed.chat_completion(
-                messages=messages, n=self.config.group_size, max_tokens=self.config.max_reply_tokens, temperature=self.config.temperature
+                messages=messages,
+                n=self.config.group_size,
+                max_tokens=self.config.max_reply_tokens,
+                temperature=self.config.temperature,
             )
             nodes = managed.get_state()["nodes"]
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], inference_logprobs=[], messages=[])

@@ -28,9 +28,11 @@ PROMPT = (
     "You are playing language games. Make valid actions to win.\nObservation: You are playing Guess The Number.\n"
     "You have to guess the number between 1 and {high} (inclusive) within {turns} turns.\n"
     "As you enter your guess, the game will provide you with hints such as the target number is 'higher' or 'lower'.\n"
-    "You may provide your response in any manner. Only the number that is wrapped inside \\boxed{{}} will be considered "
+    "You may provide your response in any manner. Only the number that is wrapped inside \\boxed{{}} will "
+    "be considered "
     "as your guess, for example, \\boxed{{{high}}}.\nAs you play, the history of your guesses will be appended below. "
-    "Use the information to complete the game before you run out of guesses.\nEnter your first guess to start the game.\n"
+    "Use the information to complete the game before you run out of guesses.\nEnter your first guess to "
+    "start the game.\n"
     "\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 )
 HINT = "At turn {turn}, you guessed {guess}, and the target number is {side} than {guess}."
@@ -50,8 +52,17 @@ class GuessNumberEnv(BaseEnv):
 
     @classmethod
     def config_init(cls) -> tuple[GuessConfig, list[APIServerConfig]]:
-        env = GuessConfig(group_size=4, use_wandb=False, wandb_name=cls.name, tokenizer_name="NousResearch/DeepHermes-3-Llama-3-3B-Preview")
-        server = APIServerConfig(model_name="NousResearch/DeepHermes-3-Llama-3-3B-Preview", base_url="http://localhost:9001/v1", server_type="sglang")
+        env = GuessConfig(
+            group_size=4,
+            use_wandb=False,
+            wandb_name=cls.name,
+            tokenizer_name="NousResearch/DeepHermes-3-Llama-3-3B-Preview",
+        )
+        server = APIServerConfig(
+            model_name="NousResearch/DeepHermes-3-Llama-3-3B-Preview",
+            base_url="http://localhost:9001/v1",
+            server_type="sglang",
+        )
         return env, [server]
 
     async def setup(self) -> None:
@@ -84,7 +95,12 @@ class GuessNumberEnv(BaseEnv):
                 side = "higher" if guess < secret else "lower"
                 messages.append({"role": "user", "content": HINT.format(turn=turn, guess=guess, side=side)})
             node = managed.get_state()["nodes"][-1]
-        return {"tokens": node.tokens, "masks": node.masked_tokens, "logprobs": node.logprobs, "messages": messages}, score
+        return {
+            "tokens": node.tokens,
+            "masks": node.masked_tokens,
+            "logprobs": node.logprobs,
+            "messages": messages,
+        }, score
 
     async def collect_trajectories(self, item: int) -> tuple[ScoredDataGroup, list]:
         games = await asyncio.gather(*(self.play(item) for _ in range(self.config.group_size)))

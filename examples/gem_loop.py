@@ -24,7 +24,8 @@ from gem.wrappers.wrapper_factory import get_wrapper_fns
 from tinker import types
 
 CONFIG = dict(
-    model_name="Qwen/Qwen3-4B-Instruct-2507", lora_rank=8, learning_rate=4e-5, batch_size=128, max_steps=20, save_every=5,
+    model_name="Qwen/Qwen3-4B-Instruct-2507", lora_rank=8, learning_rate=4e-5, batch_size=128, max_steps=20,
+    save_every=5,
     seed=0, max_tokens=2048, temperature=1.0, env_id="game:GuessTheNumber-v0-easy", num_env=32, env_wrappers="concat",
     gamma=0.9, metrics="",
 )  # fmt: skip
@@ -48,7 +49,10 @@ def make_envs(config: dict, tokenizer) -> list:
     random.seed(config["seed"])  # GEM's games draw their secrets from the global random
     envs = [gem.make(config["env_id"], seed=config["seed"], use_mp=False)]
     extra = {"dataset": envs[0].dataset} if getattr(envs[0], "dataset", None) is not None else {}
-    envs += [gem.make(config["env_id"], seed=config["seed"] * 10_007 + i, use_mp=False, **extra) for i in range(1, config["num_env"])]
+    envs += [
+        gem.make(config["env_id"], seed=config["seed"] * 10_007 + i, use_mp=False, **extra)
+        for i in range(1, config["num_env"])
+    ]
     wrappers = get_wrapper_fns(config["env_wrappers"], tokenizer=tokenizer)
     for i in range(len(envs)):
         for wrapper in wrappers:
@@ -67,17 +71,31 @@ async def collect_round(sampling_client, envs, tokenizer, config: dict, seeds: l
     while live:
         prompts = [tokenizer.encode(qwen3_game_template(observations[i]), add_special_tokens=False) for i in live]
         params = [
-            types.SamplingParams(max_tokens=config["max_tokens"], temperature=config["temperature"], stop=stop, seed=seed_of(seeds[i], len(episodes[i])))
+            types.SamplingParams(
+                max_tokens=config["max_tokens"],
+                temperature=config["temperature"],
+                stop=stop,
+                seed=seed_of(seeds[i], len(episodes[i])),
+            )
             for i in live
         ]
         results = await asyncio.gather(
-            *(sampling_client.sample(prompt=types.ModelInput.from_ints(p), num_samples=1, sampling_params=s) for p, s in zip(prompts, params, strict=True))
+            *(
+                sampling_client.sample(prompt=types.ModelInput.from_ints(p), num_samples=1, sampling_params=s)
+                for p, s in zip(prompts, params, strict=True)
+            )
         )
         for i, prompt, result in zip(live, prompts, results, strict=True):
             tokens = list(result.sequences[0].tokens)
             observations[i], reward, terminated, truncated, _ = envs[i].step(tokenizer.decode(tokens))
             episodes[i].append(
-                {"obs_tokens": prompt, "act_tokens": tokens, "act_logprobs": list(result.sequences[0].logprobs), "reward": float(reward), "done": terminated or truncated}
+                {
+                    "obs_tokens": prompt,
+                    "act_tokens": tokens,
+                    "act_logprobs": list(result.sequences[0].logprobs),
+                    "reward": float(reward),
+                    "done": terminated or truncated,
+                }
             )
         live = [i for i in live if not episodes[i][-1]["done"]]
     return episodes
@@ -111,7 +129,9 @@ def advantages(episodes: list[list[dict]], config: dict, step: int) -> list[dict
     for transition, value in zip(transitions, normalized, strict=True):
         transition["advantage"] = float(value)
     if len(transitions) > config["batch_size"]:
-        keep = np.random.default_rng([config["seed"], step]).choice(len(transitions), config["batch_size"], replace=False)
+        keep = np.random.default_rng([config["seed"], step]).choice(
+            len(transitions), config["batch_size"], replace=False
+        )
         transitions = [transitions[i] for i in keep]  # ALGO LOGIC: subsample batch_size transitions
     return transitions
 
@@ -136,7 +156,10 @@ def make_datum(transition: dict) -> types.Datum:
 # ========== metrics ==========
 def step_metrics(step: int, episodes: list[list[dict]], transitions: list[dict], result) -> dict:
     diffs = np.concatenate(
-        [np.array(t["act_logprobs"]) - np.array(out["logprobs"].tolist())[-len(t["act_logprobs"]) :] for t, out in zip(transitions, result.loss_fn_outputs, strict=True)]
+        [
+            np.array(t["act_logprobs"]) - np.array(out["logprobs"].tolist())[-len(t["act_logprobs"]) :]
+            for t, out in zip(transitions, result.loss_fn_outputs, strict=True)
+        ]
     )
     return {
         "step": step,
@@ -154,7 +177,9 @@ def step_metrics(step: int, episodes: list[list[dict]], transitions: list[dict],
 
 async def main(config: dict) -> None:
     service_client = tinker.ServiceClient()
-    training_client = await service_client.create_lora_training_client(base_model=config["model_name"], rank=config["lora_rank"], seed=config["seed"])
+    training_client = await service_client.create_lora_training_client(
+        base_model=config["model_name"], rank=config["lora_rank"], seed=config["seed"]
+    )
     tokenizer = training_client.get_tokenizer()
     envs = make_envs(config, tokenizer)
     adam = types.AdamParams(learning_rate=config["learning_rate"], beta1=0.9, beta2=0.95, eps=1e-8)

@@ -26,7 +26,8 @@ def resolve_backend(backend: str = "auto") -> str:
 def get_service_client(backend: str = "auto", **kwargs: Any) -> Any:
     """A Tinker ``ServiceClient`` (real) or ``tinker_emulator.LocalServiceClient`` (in-process)."""
     if resolve_backend(backend) == "local":
-        from tinker_emulator import LocalServiceClient  # lazy: real Tinker runs never load the emulator (PEFT, transformers)
+        # lazy: real Tinker runs never load the emulator (PEFT, transformers)
+        from tinker_emulator import LocalServiceClient
 
         return LocalServiceClient(**kwargs)
     if not (os.environ.get("TINKER_API_KEY") or kwargs.get("api_key")):
@@ -54,7 +55,9 @@ def served_models(service_client: Any) -> list[Any]:
     import tinker
 
     local = sys.modules.get("tinker_emulator.service_client")  # a local client exists only once it is imported
-    if isinstance(service_client, tinker.ServiceClient) and not (local and isinstance(service_client, local.LocalServiceClient)):
+    if isinstance(service_client, tinker.ServiceClient) and not (
+        local and isinstance(service_client, local.LocalServiceClient)
+    ):
         return tinker_served_models()
     return service_client.get_server_capabilities().supported_models
 

@@ -33,7 +33,9 @@ def ran_out_of_memory(error: BaseException | None) -> bool:
             return False
         if isinstance(error, MemoryError) or (isinstance(error, OSError) and error.errno == errno.ENOMEM):
             return True
-        if isinstance(error, (ImportError, OSError, RuntimeError)) and any(words in str(error).lower() for words in MEMORY_WORDS):
+        if isinstance(error, (ImportError, OSError, RuntimeError)) and any(
+            words in str(error).lower() for words in MEMORY_WORDS
+        ):
             return True
         error = error.__cause__ or error.__context__
     return False
@@ -49,7 +51,8 @@ def address_space_short(need: str = "") -> str | None:
     beyond = f"; {need}" if need else ""
     return (
         f"out of memory before loading: this process may use {soft / 1e9:.1f} GB of address space (ulimit -v), "
-        f"and loading PyTorch, GEM and the local backend needs about {LOAD_ADDRESS_SPACE_GB} GB{beyond}; raise the limit, then rerun"
+        f"and loading PyTorch, GEM and the local backend needs about {LOAD_ADDRESS_SPACE_GB} GB{beyond}; "
+        "raise the limit, then rerun"
     )
 
 

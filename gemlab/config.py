@@ -24,7 +24,8 @@ from gemlab.model_names import QWEN3_4B_INSTRUCT, SMOLLM2, TINY
 from gemlab.returns import ADVANTAGES
 from gemlab.templates import TEMPLATES
 
-WARMUP_DATA = ("scripted", "own_answers", "own_code", "tool_reports")  # where the SFT warm-up's examples come from (gemlab/warmup.py)
+# where the SFT warm-up's examples come from (gemlab/warmup.py)
+WARMUP_DATA = ("scripted", "own_answers", "own_code", "tool_reports")
 
 CONFIG_FILE = "config.json"  # a run folder's saved config (gemlab/run_folder.py reads run folders)
 BACKENDS = ("auto", "local", "tinker")
@@ -36,15 +37,19 @@ POLICY_LOSSES: dict[str, tuple[str, ...]] = {
 }
 # Tinker losses the emulator computes (for tinker-cookbook's recipes) but the Trainer refuses.
 REFUSED_LOSSES = {
-    "dro": "with the Trainer's datums it pulls every prompt token by beta/2 * lp^2 and gets plain ReBN advantages, not DRO's soft ones",
-    "stable_reinforce": "on real Tinker it needs record_stability_info and sequence_ids, which the Trainer does not set (locally it is only an importance-sampling stand-in)",
+    "dro": "with the Trainer's datums it pulls every prompt token by beta/2 * lp^2 and gets plain ReBN "
+    "advantages, not DRO's soft ones",
+    "stable_reinforce": "on real Tinker it needs record_stability_info and sequence_ids, which the Trainer does not "
+    "set (locally it is only an importance-sampling stand-in)",
 }
 
 
 def _policy_loss(obj: Any, attr: str) -> None:
     value = getattr(obj, attr)
     if value in REFUSED_LOSSES:
-        raise ValueError(f"loss_fn={value!r} is refused: {REFUSED_LOSSES[value]}; use one of {', '.join(map(repr, POLICY_LOSSES))}")
+        raise ValueError(
+            f"loss_fn={value!r} is refused: {REFUSED_LOSSES[value]}; use one of {', '.join(map(repr, POLICY_LOSSES))}"
+        )
     _one_of(tuple(POLICY_LOSSES))(obj, attr)
 
 
@@ -104,7 +109,9 @@ def _at_most(limit: int, why: str | Callable[[Any], str]) -> Callable[[Any, str]
         _positive(obj, attr)
         value = getattr(obj, attr)
         if _number(value) and value > limit:
-            raise ValueError(f"{_name(attr)}={value} is too large ({why(value) if callable(why) else why}); at most {limit}")
+            raise ValueError(
+                f"{_name(attr)}={value} is too large ({why(value) if callable(why) else why}); at most {limit}"
+            )
 
     return check
 
@@ -165,11 +172,15 @@ class TrainingConfig:
     lora_rank: int = chz.field(default=8, validator=_positive)
     learning_rate: float = chz.field(default=4e-5, validator=_positive)
     lr_schedule: str = chz.field(
-        default="constant", validator=_one_of(LR_SCHEDULES), doc="learning_rate over the run: 'constant', or decayed to 0 at max_steps ('linear', 'cosine')"
+        default="constant",
+        validator=_one_of(LR_SCHEDULES),
+        doc="learning_rate over the run: 'constant', or decayed to 0 at max_steps ('linear', 'cosine')",
     )
     # batch and schedule
     batch_size: int = chz.field(
-        default=128, validator=_at_most(MAX_BATCH_SIZE, "transitions sampled per step"), doc="transitions per policy-gradient step"
+        default=128,
+        validator=_at_most(MAX_BATCH_SIZE, "transitions sampled per step"),
+        doc="transitions per policy-gradient step",
     )
     max_steps: int = chz.field(default=200, validator=_positive)
     save_every: int = chz.field(default=5, doc="checkpoint every N steps (<= 0: only at the end and on interrupt)")
@@ -180,13 +191,17 @@ class TrainingConfig:
     # returns and advantages (gemlab/returns.py)
     gamma: float = chz.field(default=0.9, validator=_in_range(0.0, 1.0))
     advantage: str = chz.field(
-        default="rebn", validator=_one_of(ADVANTAGES), doc="advantage estimator: 'rebn' (GEM's ReBN), 'none' (raw returns), 'center', 'group' or 'grpo' (was `normalization`)"
+        default="rebn",
+        validator=_one_of(ADVANTAGES),
+        doc="advantage estimator: 'rebn' (GEM's ReBN), 'none' (raw returns), 'center', 'group' or 'grpo' (was "
+        "`normalization`)",
     )
     # how old the data a step trains on may be (gemlab/sampling_ahead.py; Atropos: gemlab/atropos/groups.py)
     max_staleness: int = chz.field(
         default=0,
         validator=_at_least(0),
-        doc="0: GEM's synchronous loop; k: data sampled by weights at most k steps old (the Trainer collects the next batches while a step trains)",
+        doc="0: GEM's synchronous loop; k: data sampled by weights at most k steps old (the Trainer collects "
+        "the next batches while a step trains)",
     )
     # policy-gradient loss (Tinker's built-in losses; GEM uses importance_sampling)
     loss_fn: str = chz.field(default="importance_sampling", validator=_policy_loss)
@@ -194,13 +209,17 @@ class TrainingConfig:
         default=None, doc="the loss's settings, e.g. loss_fn_config.clip_low_threshold=0.8 (ppo, cispo)"
     )
     num_minibatches: int = chz.field(
-        default=1, validator=_positive, doc="policy updates per batch: one forward_backward + optim_step per minibatch (PPO-style when > 1)"
+        default=1,
+        validator=_positive,
+        doc="policy updates per batch: one forward_backward + optim_step per minibatch (PPO-style when > 1)",
     )
     # where it runs and where it writes
     backend: str = chz.field(default="auto", validator=_one_of(BACKENDS), doc="'auto': Tinker if TINKER_API_KEY is set")
     log_dir: str = "runs"
     run_name: str | None = chz.field(
-        default=None, validator=_run_name, doc="folder under log_dir (default: resolved_run_name, from the model and seed); an existing run resumes"
+        default=None,
+        validator=_run_name,
+        doc="folder under log_dir (default: resolved_run_name, from the model and seed); an existing run resumes",
     )
     allow_config_change: bool = chz.field(
         default=False, doc="resume an existing run even though its config changed (the change is logged)"
@@ -225,7 +244,8 @@ class Config(TrainingConfig):
     max_minutes: float | None = chz.field(
         default=None,
         validator=_positive,
-        doc="stop run() at a step boundary before this many minutes, judged from the steps (and evaluation) measured so far; rerun to resume (None: no limit)",
+        doc="stop run() at a step boundary before this many minutes, judged from the steps (and evaluation) "
+        "measured so far; rerun to resume (None: no limit)",
     )
     # sampling
     max_tokens: int = chz.field(default=2048, validator=_positive, doc="cap on tokens per action")
@@ -244,7 +264,8 @@ class Config(TrainingConfig):
     stale_batches: str = chz.field(
         default="drop",
         validator=_one_of(STALE_BATCHES),
-        doc="a batch older than max_staleness: 'drop' it, or 'resample' its games with the newest weights (as tinker-cookbook)",
+        doc="a batch older than max_staleness: 'drop' it, or 'resample' its games with the newest weights (as "
+        "tinker-cookbook)",
     )
     # supervised warm-up (cross-entropy) before RL, in steps; 0 skips it
     warmup_steps: int = chz.field(default=0, validator=_at_least(0))
@@ -254,19 +275,28 @@ class Config(TrainingConfig):
         default="scripted",
         validator=_one_of(WARMUP_DATA),
         doc=(
-            "'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, last integer as "
-            "\\boxed{N} (any env, no labels); 'own_code': its answers cut after their first Python block, then the tool's "
-            "printed number as \\boxed{N} (tool envs, no labels); 'tool_reports': as 'own_code', training only the report "
+            "'scripted': the env's own player's answers (GEM games); 'own_answers': the model's answers, "
+            "last integer as "
+            "\\boxed{N} (any env, no labels); 'own_code': its answers cut after their first Python block, "
+            "then the tool's "
+            "printed number as \\boxed{N} (tool envs, no labels); 'tool_reports': as 'own_code', training "
+            "only the report "
             "of what the tool printed (the code is left to RL)"
         ),
     )
     # a fixed evaluation during the run (gemlab/evaluate.py), logged in the step's metrics as eval/*,
     # and of the base model and after the warm-up, logged in step 0's row (gemlab/eval_curve.py)
-    eval_every: int = chz.field(default=0, validator=_at_least(0), doc="evaluate every N steps, after the step's update (0: never)")
-    eval_env_id: str | None = chz.field(default=None, doc="the evaluation's env (a held-out split such as rg:sums-1digit-test); default env_id")
+    eval_every: int = chz.field(
+        default=0, validator=_at_least(0), doc="evaluate every N steps, after the step's update (0: never)"
+    )
+    eval_env_id: str | None = chz.field(
+        default=None, doc="the evaluation's env (a held-out split such as rg:sums-1digit-test); default env_id"
+    )
     eval_games: int = chz.field(default=64, validator=_positive, doc="games (or problems) in the fixed evaluation set")
     eval_base: bool = chz.field(
-        default=True, doc="with eval_every > 0: also evaluate the base model, before the warm-up (SmolLM2 on its 64 held-out sums: 59 s on a loaded 2-core Xeon)"
+        default=True,
+        doc="with eval_every > 0: also evaluate the base model, before the warm-up (SmolLM2 on its 64 held-out "
+        "sums: 59 s on a loaded 2-core Xeon)",
     )
     wandb_project: str | None = None
 
@@ -283,7 +313,8 @@ class Config(TrainingConfig):
     def _conversation(self) -> None:
         if TEMPLATES[self.template].continues and "concat" in [name.strip() for name in self.env_wrappers.split(",")]:
             raise ValueError(
-                f"template={self.template!r} keeps the episode as one conversation, and the concat wrapper would repeat "
+                f"template={self.template!r} keeps the episode as one conversation, and the concat wrapper "
+                "would repeat "
                 "the whole history in every turn: drop concat from env_wrappers (e.g. env_wrappers= for a game)"
             )
 
@@ -296,7 +327,9 @@ class Config(TrainingConfig):
         unknown = sorted(set(self.loss_fn_config or {}) - set(allowed))
         if unknown:
             takes = ", ".join(allowed) or "no settings"
-            raise ValueError(f"loss_fn_config keys {unknown} are not used by loss_fn={self.loss_fn!r}; it takes: {takes}")
+            raise ValueError(
+                f"loss_fn_config keys {unknown} are not used by loss_fn={self.loss_fn!r}; it takes: {takes}"
+            )
 
     @chz.validate
     def _groups(self) -> None:
@@ -306,13 +339,19 @@ class Config(TrainingConfig):
             raise ValueError(f"advantage={self.advantage!r} compares episodes of one problem: set group_size >= 2")
         if self.eval_every > 0 and self.max_staleness > 0:
             raise ValueError(
-                "eval_every needs max_staleness=0: an evaluation while the next batch is sampled ahead would change that "
-                "batch's problems (GEM's envs share Python's global random); evaluate between steps with gemlab.evaluate_trainer"
+                "eval_every needs max_staleness=0: an evaluation while the next batch is sampled ahead "
+                "would change that "
+                "batch's problems (GEM's envs share Python's global random); evaluate between steps with "
+                "gemlab.evaluate_trainer"
             )
         if self.warmup_batch_size is not None and self.warmup_batch_size < 1:
-            raise ValueError(f"warmup_batch_size must be positive (or None for batch_size), got {self.warmup_batch_size}")
+            raise ValueError(
+                f"warmup_batch_size must be positive (or None for batch_size), got {self.warmup_batch_size}"
+            )
         if self.num_minibatches > self.batch_size:
-            raise ValueError(f"num_minibatches must be at most batch_size ({self.batch_size}), got {self.num_minibatches}")
+            raise ValueError(
+                f"num_minibatches must be at most batch_size ({self.batch_size}), got {self.num_minibatches}"
+            )
 
     @property
     def resolved_run_name(self) -> str:
@@ -421,7 +460,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def make_config(preset: str = "gem", **overrides: Any) -> Config:
-    """A ``Config`` from a named preset (a key of ``PRESETS``: ``gem``, ``laptop``, ``smollm2``...) with keyword overrides."""
+    """A ``Config`` from a named preset (a key of ``PRESETS``: ``gem``, ``laptop``, ``smollm2``...) with keyword
+    overrides."""
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}. Known presets: {', '.join(PRESETS)}")
     for key in overrides:
@@ -467,7 +507,11 @@ def check_key(key: str) -> None:
 
 def parse_value(key: str, text: str, annotation: Any) -> Any:
     """The command-line text ``text`` as the type field ``key`` declares."""
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, pytypes.UnionType) else (annotation,)
+    options = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, pytypes.UnionType)
+        else (annotation,)
+    )
     if type(None) in options and text in ("None", "none", "null"):
         return None
     if int in options and text.lstrip("+-").isdigit():
@@ -504,7 +548,10 @@ def read_saved_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{file} cannot be read (not JSON: {error})") from None
     if not isinstance(saved, dict):
         raise ValueError(f"{file} is not a gemlab config (a JSON {type(saved).__name__}, not an object)")
-    return {**chz.asdict(Config()), **{(RENAMED_FIELDS[key] if key in RENAMED_FIELDS else key): value for key, value in saved.items()}}
+    return {
+        **chz.asdict(Config()),
+        **{(RENAMED_FIELDS[key] if key in RENAMED_FIELDS else key): value for key, value in saved.items()},
+    }
 
 
 def load_saved_config(path: str) -> dict[str, Any]:

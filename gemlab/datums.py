@@ -90,7 +90,9 @@ def policy_gradient_datums(
     for run in runs:
         for i in run:
             _check(turns[i].obs_tokens, turns[i].act_tokens, turns[i].act_logprobs)
-            placements[i] = Placement(len(datums), len(turns[i].obs_tokens) + len(turns[i].act_tokens) - 1, len(turns[i].act_tokens))
+            placements[i] = Placement(
+                len(datums), len(turns[i].obs_tokens) + len(turns[i].act_tokens) - 1, len(turns[i].act_tokens)
+            )
         last = turns[run[-1]]
         spans = [(len(turns[i].obs_tokens), turns[i].act_logprobs, advantages[i]) for i in run]
         datums.append(_datum(list(last.obs_tokens) + list(last.act_tokens), spans))

@@ -67,7 +67,9 @@ def full_sizes(notebook: Path) -> list[str]:
             test, target = node.value.test, ast.unparse(node.targets[0])
             if isinstance(test, ast.Name) and test.id == "QUICK":
                 sizes.append(f"{target} = {ast.unparse(node.value.orelse)}")
-            elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and ast.unparse(test.operand) == "QUICK":
+            elif (
+                isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and ast.unparse(test.operand) == "QUICK"
+            ):
                 sizes.append(f"{target} = {ast.unparse(node.value.body)}")
     return sizes
 
@@ -77,7 +79,9 @@ def read_measurements(measured_file: Path = MEASURED_FILE) -> dict[str, dict[str
     return json.loads(measured_file.read_text()) if measured_file.is_file() else {}
 
 
-def notebook_costs(notebooks: Path = NOTEBOOKS, measured_file: Path = MEASURED_FILE) -> tuple[dict[str, tuple[float, float, str]], list[str]]:
+def notebook_costs(
+    notebooks: Path = NOTEBOOKS, measured_file: Path = MEASURED_FILE
+) -> tuple[dict[str, tuple[float, float, str]], list[str]]:
     """Each notebook's cost, derived from its measurement: (laptop RL steps it trains, fixed
     seconds at the reference step time, where the figures come from), with ``wall = steps * step
     + fixed * step / REFERENCE_STEP_S`` at the measured step time; and the notebooks in
@@ -92,18 +96,32 @@ def notebook_costs(notebooks: Path = NOTEBOOKS, measured_file: Path = MEASURED_F
         record = measured[name]
         step_s = statistics.mean(record["step_s"])
         fixed = (record["wall_s"] - record["steps"] * step_s) * REFERENCE_STEP_S / step_s
-        source = f"measured {record['date']} at load {record['load']}" + (f"; {record['note']}" if record.get("note") else "")
-        then, now = Counter(record["sizes"]), Counter(full_sizes(notebooks / f"{name}.ipynb") if notebooks.is_dir() else record["sizes"])
+        source = f"measured {record['date']} at load {record['load']}" + (
+            f"; {record['note']}" if record.get("note") else ""
+        )
+        then, now = (
+            Counter(record["sizes"]),
+            Counter(full_sizes(notebooks / f"{name}.ipynb") if notebooks.is_dir() else record["sizes"]),
+        )
         if now != then:
-            changed = [f"{label}: {', '.join(sorted(sizes.elements()))}" for label, sizes in (("new", now - then), ("gone", then - now)) if sizes]
-            source += f"; its sizes changed since ({'; '.join(changed)}), remeasure: python benchmarks/calibrate_doctor.py {name}"
+            changed = [
+                f"{label}: {', '.join(sorted(sizes.elements()))}"
+                for label, sizes in (("new", now - then), ("gone", then - now))
+                if sizes
+            ]
+            source += (
+                f"; its sizes changed since ({'; '.join(changed)}), remeasure: python "
+                f"benchmarks/calibrate_doctor.py {name}"
+            )
         costs[name] = (record["steps"], fixed, source)
     return costs, [name for name in names if name not in measured]
 
 
 #: The fields that set a laptop step's time: a run that keeps the laptop preset's is estimated from the calibration.
-LAPTOP_STEP_FIELDS = ("model_name", "backend", "env_id", "env_wrappers", "template", "batch_size", "num_env", "group_size",
-                      "max_tokens", "lora_rank", "num_minibatches", "max_staleness", "warmup_steps", "eval_every")  # fmt: skip
+LAPTOP_STEP_FIELDS = ("model_name", "backend", "env_id", "env_wrappers", "template", "batch_size", "num_env",
+"group_size",
+                      "max_tokens", "lora_rank", "num_minibatches", "max_staleness", "warmup_steps",
+                      "eval_every")  # fmt: skip
 
 
 def laptop_step_estimate(config: Any, measured_file: Path = MEASURED_FILE) -> tuple[float, str] | None:
@@ -120,7 +138,10 @@ def laptop_step_estimate(config: Any, measured_file: Path = MEASURED_FILE) -> tu
     if not times:
         return None
     loads = [record["load"] for record in records]
-    where = f"the median laptop step of the doctor's calibration, {len(times)} measured at load {min(loads):g}-{max(loads):g} on 2 cores"
+    where = (
+        f"the median laptop step of the doctor's calibration, {len(times)} measured at load "
+        f"{min(loads):g}-{max(loads):g} on 2 cores"
+    )
     return statistics.median(times), where
 
 
@@ -212,7 +233,9 @@ def check_install(report: Report) -> bool:
             report.problem(f"{requirement.name} is missing: python -m pip install -e . installs it")
             continue
         if requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
-            report.problem(f"{requirement.name} {version} is installed, gemlab needs {requirement.name}{requirement.specifier}")
+            report.problem(
+                f"{requirement.name} {version} is installed, gemlab needs {requirement.name}{requirement.specifier}"
+            )
         else:
             found.append(f"{requirement.name} {version}")
     report.ok("packages: " + ", ".join(found))
@@ -250,7 +273,11 @@ def check_jupyter(report: Report) -> None:
     chromium = next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
     report.ok(f"chromium: {chromium}" if chromium else "chromium: not found (optional: only tests/browser needs it)")
     bwrap = shutil.which("bwrap")
-    report.ok(f"bwrap: {bwrap}" if bwrap else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)")
+    report.ok(
+        f"bwrap: {bwrap}"
+        if bwrap
+        else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)"
+    )
     from gemlab.envs import WRAPPER_NOTES, load_role_wrappers  # gem loads here, not when the doctor starts
 
     load_role_wrappers()
@@ -281,12 +308,17 @@ def check_resources(report: Report, folder: str = ".") -> tuple[int, float]:
     """Free disk where runs are written, cores and load (a busy machine is a warning); returns (cores, load)."""
     free_gb = shutil.disk_usage(folder).free / 1e9
     if free_gb < MIN_FREE_DISK_GB:
-        report.problem(f"only {free_gb:.1f} GB free on disk here; runs and checkpoints need about {MIN_FREE_DISK_GB:.0f} GB")
+        report.problem(
+            f"only {free_gb:.1f} GB free on disk here; runs and checkpoints need about {MIN_FREE_DISK_GB:.0f} GB"
+        )
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     report.ok(f"machine: {cores} cores, load average {load:.1f} (1 min), {free_gb:.0f} GB free on disk")
     if load > cores:
-        report.warn(f"this machine is busy (load {load:.1f} on {cores} cores): the timings and predictions below are for this load")
+        report.warn(
+            f"this machine is busy (load {load:.1f} on {cores} cores): the timings and predictions below are "
+            "for this load"
+        )
     return cores, load
 
 
@@ -302,12 +334,21 @@ def check_memory(report: Report, needs: dict[str, float] | None = None) -> None:
     short = {name: need for name, need in needs.items() if need > have}
     if short:
         each = ", ".join(f"{name} needs {need:.1f} GB" for name, need in short.items())
-        report.problem(f"only {have:.1f} GB of memory ({what}): {each} (measured peaks); close other programs or run those on a larger machine")
+        report.problem(
+            f"only {have:.1f} GB of memory ({what}): {each} (measured peaks); close other programs or run "
+            "those on a larger machine"
+        )
     elif needs:
-        report.ok(f"memory: {have:.1f} GB ({what}); the notebooks need {min(needs.values()):.1f}-{max(needs.values()):.1f} GB (measured peaks)")
+        report.ok(
+            f"memory: {have:.1f} GB ({what}); the notebooks need "
+            f"{min(needs.values()):.1f}-{max(needs.values()):.1f} GB (measured peaks)"
+        )
     unmeasured = sorted(set(NOTEBOOK_COSTS) - set(needs))
     if unmeasured:
-        report.ok(f"memory need not measured yet: {', '.join(unmeasured)} (python benchmarks/calibrate_doctor.py --memory-only NAME)")
+        report.ok(
+            f"memory need not measured yet: {', '.join(unmeasured)} (python benchmarks/calibrate_doctor.py "
+            "--memory-only NAME)"
+        )
 
 
 def measure_step_time(steps: int) -> tuple[float, float]:
@@ -342,18 +383,22 @@ def precision_advice() -> str:
     fp32, bf16 = matmul_rate(torch.float32), matmul_rate(torch.bfloat16)
     ratio = bf16 / fp32
     advice = (
-        f"at least {BF16_MIN_SPEEDUP}x, so SmolLM2-size models run in bfloat16 here (GEMLAB_DTYPE=float32 keeps float32)"
+        f"at least {BF16_MIN_SPEEDUP}x, so SmolLM2-size models run in bfloat16 here (GEMLAB_DTYPE=float32 "
+        "keeps float32)"
         if ratio >= BF16_MIN_SPEEDUP
         else f"under {BF16_MIN_SPEEDUP}x, so models run in float32 here (GEMLAB_DTYPE=bfloat16 would not be faster)"
     )
-    return f"matmul on one core: float32 {fp32 / 1e9:.0f} GFLOP/s, bfloat16 {bf16 / 1e9:.1f} GFLOP/s ({ratio:.2f}x): {advice}"
+    return (
+        f"matmul on one core: float32 {fp32 / 1e9:.0f} GFLOP/s, bfloat16 {bf16 / 1e9:.1f} GFLOP/s "
+        f"({ratio:.2f}x): {advice}"
+    )
 
 
 def predict(step_s: float) -> dict[str, float]:
     """Each notebook's predicted seconds on a machine whose laptop step takes ``step_s``."""
-    return {name: steps * step_s + fixed * step_s / REFERENCE_STEP_S for name, (steps, fixed, _) in NOTEBOOK_COSTS.items()}
-
-
+    return {
+        name: steps * step_s + fixed * step_s / REFERENCE_STEP_S for name, (steps, fixed, _) in NOTEBOOK_COSTS.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,14 +429,21 @@ def main(argv: list[str] | None = None) -> int:
             report.problem(f"training a laptop step failed{memory}: {type(error).__name__}: {error}")
         else:
             slower = step_s / REFERENCE_STEP_S
-            print(f"one laptop step: {step_s:.2f} s ({slower:.1f}x the reference machine); model loaded in {loaded:.1f} s")
+            print(
+                f"one laptop step: {step_s:.2f} s ({slower:.1f}x the reference machine); model loaded in {loaded:.1f} s"
+            )
             print("predicted time of each notebook here (Run All; reading time not included):")
             for name, seconds in predict(step_s).items():
-                cannot = "; it cannot run here until SmolLM2 is installed, see the problem below" if name in SMOLLM2_NOTEBOOKS and not smollm2 else ""
+                cannot = (
+                    "; it cannot run here until SmolLM2 is installed, see the problem below"
+                    if name in SMOLLM2_NOTEBOOKS and not smollm2
+                    else ""
+                )
                 print(f"  {name:<24} {minutes(seconds):>7}   (cost {NOTEBOOK_COSTS[name][2]}{cannot})")
             for name in UNMEASURED:
                 print(f"  {name:<24} {'?':>7}   (cost not measured yet: python benchmarks/calibrate_doctor.py {name})")
-            print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in 07's lab): "
+            print(f"one laptop run ({LAPTOP_RUN_STEPS} steps: python -m gemlab.train preset=laptop, a run in "
+                "07's lab): "
                   f"{minutes(LAPTOP_RUN_STEPS * step_s + loaded)}")  # fmt: skip
             print(precision_advice())
             slow = slowness(step_s, cores, load)

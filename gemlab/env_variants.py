@@ -46,7 +46,8 @@
   (1.0 right, 0.0 otherwise; one answer ends the episode). SmolLM2-135M cannot multiply these in
   its head (0 of 16); with GEM's python tool (``env_wrappers=python_tool_sandboxed``) it can.
 
-Their ids are in ``gemlab.env_ids``. Importing ``gemlab.envs`` registers them all, so ``python -m gemlab.train env_id=...`` knows them.
+Their ids are in ``gemlab.env_ids``. Importing ``gemlab.envs`` registers them all, so ``python -m gemlab.train
+env_id=...`` knows them.
 """
 
 from __future__ import annotations
@@ -136,7 +137,15 @@ class OneDigitSumsEnv(OneDigitTaskEnv):
     """``rg:basic_arithmetic`` as the sum of two numbers of 0-10: 121 questions ("Calculate 5 + 3.")."""
 
     TASK = "basic_arithmetic"
-    OPTIONS = dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+",), allow_negation=False, allow_parentheses=False)
+    OPTIONS = dict(
+        min_terms=2,
+        max_terms=2,
+        min_digits=1,
+        max_digits=1,
+        operators=("+",),
+        allow_negation=False,
+        allow_parentheses=False,
+    )
 
 
 class ProductsEnv(Env):
@@ -147,7 +156,8 @@ class ProductsEnv(Env):
     # No worked example: SmolLM2 copies one's numbers (with ``print(12 * 34)`` shown, 0 of 64
     # first turns printed the asked product; without it, 3 of 64 at temperature 0.5)
     QUESTION = (
-        "What is {a} * {b}? Do not work it out yourself: write one line of Python that prints it, in a ```python block. "
+        "What is {a} * {b}? Do not work it out yourself: write one line of Python that prints it, in a "
+        "```python block. "
         "When its result comes back, give that number as \\boxed{{N}}."
     )
 
@@ -185,7 +195,8 @@ def operands(item: dict[str, Any], operator: str) -> tuple[int, ...]:
 
 
 def pair_split(dataset: Any, side: str, operator: str = "+") -> list[dict[str, Any]]:
-    """One side (``"train"`` or ``"test"``) of the 121 questions ``a <operator> b`` (a, b in 0-10), as reasoning-gym items: the test side
+    """One side (``"train"`` or ``"test"``) of the 121 questions ``a <operator> b`` (a, b in 0-10), as reasoning-gym
+    items: the test side
     in a fixed order, the train side in the order ``dataset`` (made from the env's seed) first
     yields them, so a run's problems follow from its seed. Unordered pairs are shuffled with a
     fixed seed and dealt to the test side until it holds ``HELD_OUT`` questions; the rest are the
@@ -214,10 +225,20 @@ class SplitPairsEnv(OneDigitSumsEnv):
     reasoning-gym's ``basic_arithmetic``), less those with an operand under ``min_operand``; reset
     seed ``s`` gives the side's question ``s % len``."""
 
-    def __init__(self, side: str = "train", operator: str = "+", min_operand: int = 0, size: int = 1_000_000, seed: int = 42, **_: Any) -> None:
+    def __init__(
+        self,
+        side: str = "train",
+        operator: str = "+",
+        min_operand: int = 0,
+        size: int = 1_000_000,
+        seed: int = 42,
+        **_: Any,
+    ) -> None:
         self.OPTIONS = dict(OneDigitSumsEnv.OPTIONS, operators=(operator,))
         super().__init__(size=size, seed=seed)
-        self.items = [item for item in pair_split(self.ds, side, operator) if min(operands(item, operator)) >= min_operand]
+        self.items = [
+            item for item in pair_split(self.ds, side, operator) if min(operands(item, operator)) >= min_operand
+        ]
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """The question ``seed % len(items)`` of this side (a seed drawn through Python's global
@@ -275,9 +296,13 @@ SPLITS = {  # env id: (side, operator, min_operand)
 def register_variants() -> None:
     """Register the variants with GEM (once per process)."""
     if GUESS_20 not in ENV_REGISTRY:
-        register(GUESS_20, "gem.envs.game_env.guess_the_number:GuessTheNumberEnv", min_number=1, max_number=20, max_turns=20)
+        register(
+            GUESS_20, "gem.envs.game_env.guess_the_number:GuessTheNumberEnv", min_number=1, max_number=20, max_turns=20
+        )
     if GUESS_EASY_WINS not in ENV_REGISTRY:
-        register(GUESS_EASY_WINS, "gemlab.env_variants:WinsOnlyGuessTheNumberEnv", min_number=1, max_number=10, max_turns=4)
+        register(
+            GUESS_EASY_WINS, "gemlab.env_variants:WinsOnlyGuessTheNumberEnv", min_number=1, max_number=10, max_turns=4
+        )
     if PRODUCTS_1DIGIT not in ENV_REGISTRY:
         register(PRODUCTS_1DIGIT, "gemlab.env_variants:OneDigitProductsEnv")
     if SUMS_1DIGIT not in ENV_REGISTRY:

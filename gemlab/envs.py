@@ -93,14 +93,23 @@ def wrapper_names(env_wrappers: str) -> list[str]:
     load_role_wrappers(names)
     unknown = [name for name in names if name not in WRAPPER_FACTORY]
     if unknown:
-        raise ValueError(f"Unknown GEM wrapper(s) {', '.join(map(repr, unknown))}. Known: {', '.join(dict.fromkeys([*WRAPPER_FACTORY, *ROLE_WRAPPERS]))}")
+        raise ValueError(
+            f"Unknown GEM wrapper(s) {', '.join(map(repr, unknown))}. Known: "
+            f"{', '.join(dict.fromkeys([*WRAPPER_FACTORY, *ROLE_WRAPPERS]))}"
+        )
     for name in dict.fromkeys(names):
         WRAPPER_CHECKS.get(name, lambda: None)()
     return names
 
 
 def make_envs(
-    env_id: str, num_env: int, *, seed: int = 0, env_wrappers: str = "concat", tokenizer: Any = None, group_size: int = 1
+    env_id: str,
+    num_env: int,
+    *,
+    seed: int = 0,
+    env_wrappers: str = "concat",
+    tokenizer: Any = None,
+    group_size: int = 1,
 ) -> list[gem.Env]:
     """``num_env`` envs of ``env_id``, each wrapped by ``env_wrappers`` (in order).
 
@@ -117,7 +126,9 @@ def make_envs(
         raise ValueError(f"group_size must divide num_env ({num_env}), got {group_size}")
     # GEM's get_wrapper_fns, without its prints
     wrappers = [
-        partial(WRAPPER_FACTORY[name], tokenizer=tokenizer) if name in TOKENIZER_REQUIRED and tokenizer is not None else WRAPPER_FACTORY[name]
+        partial(WRAPPER_FACTORY[name], tokenizer=tokenizer)
+        if name in TOKENIZER_REQUIRED and tokenizer is not None
+        else WRAPPER_FACTORY[name]
         for name in wrapper_names(env_wrappers)
     ]
     random.seed(seed)

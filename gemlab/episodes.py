@@ -106,7 +106,8 @@ class TurnRounds:
         self.retry_delays = tuple(retry_delays)
         self.retries = 0
         self._waiting: dict[int, tuple[dict[str, Any], asyncio.Future]] = {}
-        self._sending: set[asyncio.Task] = set()  # the loop holds tasks only weakly: a send the GC took would never answer
+        # the loop holds tasks only weakly: a send the GC took would never answer
+        self._sending: set[asyncio.Task] = set()
 
     def for_env(self, index: int) -> Any:
         """The client that env ``index``'s episode samples through."""
@@ -175,9 +176,13 @@ def end_of_turn_ids(tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def sampling_params(tokenizer: Any, max_tokens: int, temperature: float = 1.0, seed: int | None = None) -> types.SamplingParams:
+def sampling_params(
+    tokenizer: Any, max_tokens: int, temperature: float = 1.0, seed: int | None = None
+) -> types.SamplingParams:
     """Sampling settings for one action: stop at the end of the turn, as a chat model would."""
-    return types.SamplingParams(max_tokens=max_tokens, temperature=temperature, stop=end_of_turn_ids(tokenizer), seed=seed)
+    return types.SamplingParams(
+        max_tokens=max_tokens, temperature=temperature, stop=end_of_turn_ids(tokenizer), seed=seed
+    )
 
 
 @dataclass
@@ -205,7 +210,10 @@ def play_turn(env: Any, observation: str, action: str | Action) -> tuple[Transit
     action = Action(text=str(action)) if not isinstance(action, Action) else action
     next_observation, reward, terminated, truncated, _ = env.step(action.text)
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
-        raise RewardError(f"env {type(getattr(env, 'unwrapped', env)).__name__} returned the reward {reward!r} for {action.text[:40]!r}; rewards must be numbers")
+        raise RewardError(
+            f"env {type(getattr(env, 'unwrapped', env)).__name__} returned the reward {reward!r} for "
+            f"{action.text[:40]!r}; rewards must be numbers"
+        )
     transition = Transition(
         obs_tokens=action.obs_tokens,
         act_tokens=action.act_tokens,
@@ -301,13 +309,20 @@ def llm_policy(sampling_client: Any, prompting: Prompting, *, seed: int | None =
     history: list[int] = []  # the last prompt and action, for a template that continues
 
     async def act(observation: str) -> Action:
-        obs_tokens = template.continue_tokens(history, observation, tokenizer) if template.continues and history else template.render(observation, tokenizer)
+        obs_tokens = (
+            template.continue_tokens(history, observation, tokenizer)
+            if template.continues and history
+            else template.render(observation, tokenizer)
+        )
         turn = next(turns)
         response = await sampling_client.sample(
             prompt=types.ModelInput.from_ints(obs_tokens),
             num_samples=1,
             sampling_params=sampling_params(
-                tokenizer, prompting.max_tokens, prompting.temperature, None if seed is None else derive_seed(seed, turn)
+                tokenizer,
+                prompting.max_tokens,
+                prompting.temperature,
+                None if seed is None else derive_seed(seed, turn),
             ),
         )
         sequence = response.sequences[0]
@@ -380,7 +395,9 @@ async def collect_batch(
             finally:
                 rounds.finished()
 
-        results = await asyncio.gather(*(play(i, env, rounds, round_index) for i, env in enumerate(envs)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(play(i, env, rounds, round_index) for i, env in enumerate(envs)), return_exceptions=True
+        )
         batch.num_retries += rounds.retries
         add_round(batch, results)
         if progress is not None:

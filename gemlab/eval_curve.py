@@ -102,4 +102,10 @@ def _present(value: Any) -> bool:
 
 
 def _point(row: Mapping[str, Any], prefix: str, stage: str, steps: int) -> Point:
-    return Point(stage, steps, float(row[f"{prefix}success"]), float(row[f"{prefix}success_low"]), float(row[f"{prefix}success_high"]))
+    return Point(
+        stage,
+        steps,
+        float(row[f"{prefix}success"]),
+        float(row[f"{prefix}success_low"]),
+        float(row[f"{prefix}success_high"]),
+    )

@@ -51,7 +51,13 @@ class EvalResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The outcomes as JSON-ready values (the episodes are left out)."""
-        return {"success": self.success, "interval95": list(self.interval95()), "wins": self.wins, "returns": self.returns, "num_turns": self.num_turns}
+        return {
+            "success": self.success,
+            "interval95": list(self.interval95()),
+            "wins": self.wins,
+            "returns": self.returns,
+            "num_turns": self.num_turns,
+        }
 
 
 def reset_seeds(num_games: int = NUM_GAMES) -> list[int]:
@@ -85,7 +91,9 @@ async def evaluate_async(
             progress.update(1)
         return episode
 
-    episodes = await asyncio.gather(*(play(i, env, s) for i, (env, s) in enumerate(zip(envs, reset_seeds(num_games), strict=True))))
+    episodes = await asyncio.gather(
+        *(play(i, env, s) for i, (env, s) in enumerate(zip(envs, reset_seeds(num_games), strict=True)))
+    )
     return EvalResult(
         wins=[e.won for e in episodes],
         returns=[e.total_reward for e in episodes],
@@ -94,7 +102,9 @@ async def evaluate_async(
     )
 
 
-def random_play(env_id: str, num_games: int = NUM_GAMES, *, repeats: int = 100, seed: int = 0, env_wrappers: str = "") -> list[float]:
+def random_play(
+    env_id: str, num_games: int = NUM_GAMES, *, repeats: int = 100, seed: int = 0, env_wrappers: str = ""
+) -> list[float]:
     """Chance's level on the fixed set: the win rate of GEM's own random player (the game's
     ``sample_random_action``, guesses may repeat) on the same ``num_games`` games, once per repeat,
     each repeat's guesses drawn from ``derive_seed(seed, repeat, game)``. The global random, which
@@ -128,7 +138,9 @@ async def evaluate_client(
 ) -> EvalResult:
     """``evaluate_sampler`` with ``training_client``'s current weights (saved for sampling first)."""
     sampler = await training_client.save_weights_and_get_sampling_client()
-    return await evaluate_sampler(sampler, tokenizer, template, config, num_games, progress=progress, temperature=temperature)
+    return await evaluate_sampler(
+        sampler, tokenizer, template, config, num_games, progress=progress, temperature=temperature
+    )
 
 
 async def evaluate_sampler(
@@ -152,11 +164,19 @@ async def evaluate_sampler(
     )  # fmt: skip
 
 
-def evaluate_trainer(trainer: Any, num_games: int | None = None, *, progress: Any = None, temperature: float | None = None) -> EvalResult:
+def evaluate_trainer(
+    trainer: Any, num_games: int | None = None, *, progress: Any = None, temperature: float | None = None
+) -> EvalResult:
     """``evaluate_client`` with a ``gemlab.Trainer``'s current weights; blocks until the games end.
     (``trainer.last_evaluation`` holds the Trainer's own score of the current weights, if it just
     made one: the same games, not played again.)"""
     playing = evaluate_client(
-        trainer.training_client, trainer.tokenizer, trainer.template, trainer.config, num_games, progress=progress, temperature=temperature
+        trainer.training_client,
+        trainer.tokenizer,
+        trainer.template,
+        trainer.config,
+        num_games,
+        progress=progress,
+        temperature=temperature,
     )
     return trainer.run_on_loop(playing)

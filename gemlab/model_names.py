@@ -11,4 +11,13 @@ TINY_PRODUCTS = "gemlab/tiny-products"
 TINY_SUMS = "gemlab/tiny-sums"
 QWEN3_4B_INSTRUCT = "Qwen/Qwen3-4B-Instruct-2507"  # Tinker's model in GEM's example; Config's default
 
-__all__ = ["QWEN3_4B_INSTRUCT", "SMOLLM2", "TINY", "TINY_CHAT", "TINY_GUESS20", "TINY_PRODUCTS", "TINY_RANDOM", "TINY_SUMS"]
+__all__ = [
+    "QWEN3_4B_INSTRUCT",
+    "SMOLLM2",
+    "TINY",
+    "TINY_CHAT",
+    "TINY_GUESS20",
+    "TINY_PRODUCTS",
+    "TINY_RANDOM",
+    "TINY_SUMS",
+]

@@ -28,7 +28,9 @@ def word_problems(size: int = 10_000, seed: int = 0) -> Dataset:
     non-integer answers (one template of ~85 makes some: 14 in 10,000) are left out."""
     generated = reasoning_gym.create_dataset("gsm_symbolic", size=2 * size, seed=seed)
     items = list(itertools.islice((item for item in generated if INTEGER.fullmatch(item["answer"])), size))
-    return Dataset.from_dict({"problem": [item["question"] for item in items], "answer": [item["answer"] for item in items]})
+    return Dataset.from_dict(
+        {"problem": [item["question"] for item in items], "answer": [item["answer"] for item in items]}
+    )
 
 
 class WordProblemMathEnv(MathEnv):

@@ -72,9 +72,15 @@ def plot_learning_curve(
     for index, (label, run) in enumerate(named.items()):
         df = load_metrics(run)
         points = eval_points(df) if evaluations and metric == "sampler/success_rate" else []
-        line = ax.plot(df["step"], smooth(df[metric], smoothing), label=_rollout_label(label, smoothing, bool(points)), lw=2)[0]
+        line = ax.plot(
+            df["step"], smooth(df[metric], smoothing), label=_rollout_label(label, smoothing, bool(points)), lw=2
+        )[0]
         if smoothing > 1:
-            raw = ("training problems, each step (faint)" if points and label is None else "each step (faint)") if index == 0 else None
+            raw = (
+                ("training problems, each step (faint)" if points and label is None else "each step (faint)")
+                if index == 0
+                else None
+            )
             ax.plot(df["step"], df[metric], color=line.get_color(), alpha=0.25, lw=1, label=raw)
         if points:
             name = _eval_set(run)
@@ -96,7 +102,9 @@ def _rollout_label(label: str | None, smoothing: int, beside_evaluations: bool) 
     evaluation curve is drawn beside it), or none for one unsmoothed run alone."""
     if label is not None:
         return f"{label}: training problems" if beside_evaluations else label
-    parts = (["training problems (rollouts)"] if beside_evaluations else []) + ([f"moving average over {smoothing} steps"] if smoothing > 1 else [])
+    parts = (["training problems (rollouts)"] if beside_evaluations else []) + (
+        [f"moving average over {smoothing} steps"] if smoothing > 1 else []
+    )
     return ", ".join(parts) or None
 
 
@@ -115,10 +123,18 @@ def _draw_evaluations(ax: plt.Axes, points: list[Point], name: str, color: Any, 
     curve = [p for p in points if p.stage != "base"] if warmed_up else points
     steps = [p.steps for p in curve]
     ax.plot(steps, [p.success for p in curve], color=color, ls="--", marker="o", markersize=4, lw=2, label=name)
-    ax.fill_between(steps, [p.low for p in curve], [p.high for p in curve], color=color, alpha=0.15, label="its 95% interval (Wilson)" if first else None)
+    ax.fill_between(
+        steps,
+        [p.low for p in curve],
+        [p.high for p in curve],
+        color=color,
+        alpha=0.15,
+        label="its 95% interval (Wilson)" if first else None,
+    )
     for base in [p for p in points if p.stage == "base"] if warmed_up else []:
         ax.errorbar(
-            [0], [base.success], yerr=[[base.success - base.low], [base.high - base.success]], fmt="s", color="grey", capsize=4,
+            [0], [base.success], yerr=[[base.success - base.low], [base.high - base.success]], fmt="s", color="grey",
+            capsize=4,
             label="the base model, before the warm-up" if first else None,
         )  # fmt: skip
 
@@ -159,10 +175,15 @@ def plot_diagnostics(run: Run, *, smoothing: int = 1, title: str | None = None) 
     ``mean(d**2)/2`` with ``d`` = sampler minus learner logprob; both 0 when on-policy)."""
     df = load_metrics(run)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
-    for ax, metric in zip(axes.flat[:3], ("sampler/success_rate", "sampler/episode_return", "sampler/token_entropy"), strict=True):
+    for ax, metric in zip(
+        axes.flat[:3], ("sampler/success_rate", "sampler/episode_return", "sampler/token_entropy"), strict=True
+    ):
         plot_learning_curve(df, metric, smoothing=smoothing, ax=ax, evaluations=False)
     ax = axes.flat[3]
-    estimates = {"train/kl_sample_train_v1": "mean(d), d = sampler - learner logprob", "train/kl_sample_train_v2": "mean(d²)/2"}
+    estimates = {
+        "train/kl_sample_train_v1": "mean(d), d = sampler - learner logprob",
+        "train/kl_sample_train_v2": "mean(d²)/2",
+    }
     for metric, label in estimates.items():
         ax.plot(df["step"], smooth(df[metric], smoothing), lw=2, label=label)
     _label(ax, "train/kl_sample_train_v1", "Sampler-vs-learner KL", smoothing)
@@ -186,10 +207,26 @@ def plot_timeline(
         df = load_metrics(run).head(steps)
         origin = df["time/sample_start"].iloc[0]
         for phase, offset in (("sample", 0.22), ("train", -0.22)):
-            spans = [(a - origin, b - a) for a, b in zip(df[f"time/{phase}_start"], df[f"time/{phase}_end"], strict=True)]
-            ax.broken_barh(spans, (lane + offset - 0.2, 0.4), facecolors=colors[phase], edgecolor="white", label=phase if index == 0 else None)
+            spans = [
+                (a - origin, b - a) for a, b in zip(df[f"time/{phase}_start"], df[f"time/{phase}_end"], strict=True)
+            ]
+            ax.broken_barh(
+                spans,
+                (lane + offset - 0.2, 0.4),
+                facecolors=colors[phase],
+                edgecolor="white",
+                label=phase if index == 0 else None,
+            )
             for (start, width), step in zip(spans, df["step"], strict=True):
-                ax.text(start + width / 2, lane + offset, str(int(step)), ha="center", va="center", fontsize=7, color="white")
+                ax.text(
+                    start + width / 2,
+                    lane + offset,
+                    str(int(step)),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white",
+                )
     ax.set_yticks(range(len(runs)), list(runs)[::-1])
     ax.set_xlabel("wall-clock time since the first step started sampling (s)")
     ax.set_title(title or "Sampling and training per step (numbers are step indices)")

@@ -115,8 +115,15 @@ ADVANTAGES: dict[str, Estimator] = {  # what Config.advantage selects
     "rebn": Estimator("(G - batch mean) / (batch std + 1e-9), GEM's ReBN", _rebn),
     "none": Estimator("raw discounted returns", _raw),
     "center": Estimator("G - batch mean (no scaling)", _center),
-    "group": Estimator("(G - group mean) / (group std + 1e-9) within transitions that share a state (GRPO-style)", _same_state),
-    "grpo": Estimator("GRPO: each episode's total reward (gamma 1), normalized within its group of episodes on one problem, for every turn", _grpo, needs_groups=True),
+    "group": Estimator(
+        "(G - group mean) / (group std + 1e-9) within transitions that share a state (GRPO-style)", _same_state
+    ),
+    "grpo": Estimator(
+        "GRPO: each episode's total reward (gamma 1), normalized within its group of episodes on one problem, "
+        "for every turn",
+        _grpo,
+        needs_groups=True,
+    ),
 }
 
 

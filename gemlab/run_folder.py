@@ -68,7 +68,16 @@ WRITTEN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINTS_FILE, WARMUP_FILE, MARKE
 
 # Fields that may differ on resume without changing what is being trained.
 RESUMABLE_FIELDS = frozenset(
-    {"max_steps", "max_minutes", "save_every", "keep_checkpoints", "log_dir", "run_name", "wandb_project", "allow_config_change"}
+    {
+        "max_steps",
+        "max_minutes",
+        "save_every",
+        "keep_checkpoints",
+        "log_dir",
+        "run_name",
+        "wandb_project",
+        "allow_config_change",
+    }
     | {"eval_every", "eval_env_id", "eval_games", "eval_base"}  # what is measured during the run, not what is trained
 )
 # Fields whose change makes the saved weights unusable: never accepted on resume.
@@ -78,7 +87,9 @@ WEIGHT_FIELDS = frozenset({"model_name", "lora_rank"})
 def os_reason(error: OSError) -> str:
     """``Permission denied: /x`` from an ``OSError``, without the errno noise; one raised with a
     message of its own (``FileNotFoundError("... Install it with: ...")``) is that message."""
-    return f"{error.strerror or str(error) or error.__class__.__name__}{f': {error.filename}' if error.filename else ''}"
+    return (
+        f"{error.strerror or str(error) or error.__class__.__name__}{f': {error.filename}' if error.filename else ''}"
+    )
 
 
 def run_dir_for(log_dir: str, run_name: str) -> Path:
@@ -127,7 +138,9 @@ class RunLock:
         try:
             handle = open(self.path, "a+")
         except OSError as error:
-            raise RunFolderError(f"cannot lock run folder {self.path.parent} ({os_reason(error)}); choose another log_dir or run_name") from None
+            raise RunFolderError(
+                f"cannot lock run folder {self.path.parent} ({os_reason(error)}); choose another log_dir or run_name"
+            ) from None
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -137,7 +150,12 @@ class RunLock:
             raise RunFolderError(self._busy_message(holder)) from None
         handle.seek(0)
         handle.truncate()
-        owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv}
+        owner = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "argv": sys.argv,
+        }
         handle.write(json.dumps(owner))
         handle.flush()
         self._file = handle
@@ -154,7 +172,11 @@ class RunLock:
             owner = json.loads(holder)
         except ValueError:
             owner = {}
-        who = "this process (another Trainer: call its .close())" if owner.get("pid") == os.getpid() else f"process {owner.get('pid', '?')}"
+        who = (
+            "this process (another Trainer: call its .close())"
+            if owner.get("pid") == os.getpid()
+            else f"process {owner.get('pid', '?')}"
+        )
         command = " ".join(owner.get("argv", [])[-4:])
         return (
             f"run folder {self.path.parent} is in use by {who} on {owner.get('host', '?')} since "
@@ -224,14 +246,18 @@ class RunFolder:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise RunFolderError(f"cannot create run folder {self.path} ({os_reason(error)}); choose another log_dir") from None
+            raise RunFolderError(
+                f"cannot create run folder {self.path} ({os_reason(error)}); choose another log_dir"
+            ) from None
         self._lock.acquire()
         try:
             self._owned = self._read_marker()
             self._write_marker()
         except OSError as error:
             self._lock.release()
-            raise RunFolderError(f"cannot write to run folder {self.path} ({os_reason(error)}); choose another log_dir") from None
+            raise RunFolderError(
+                f"cannot write to run folder {self.path} ({os_reason(error)}); choose another log_dir"
+            ) from None
 
     def _refuse_foreign(self) -> None:
         """One line if ``path`` exists and is not a gemlab run (nor empty): gemlab never adopts it."""
@@ -339,7 +365,8 @@ class RunFolder:
             break
         if step == 0 and self._dropped_at is not None:
             raise RunFolderError(
-                f"run {self.path} finished at step {self._dropped_at} and its checkpoints were removed, so it cannot go on; "
+                f"run {self.path} finished at step {self._dropped_at} and its checkpoints were removed, so "
+                "it cannot go on; "
                 "to train again, choose a new run_name (this folder is kept as it is)"
             )
         if step == 0 and (found.candidates or found.index.problems):
@@ -367,7 +394,10 @@ class RunFolder:
             if _valid_line(line):
                 candidates[line["step"]] = line
             else:
-                problems.append(f"{self.path / CHECKPOINTS_FILE}: entry {number} has no step or state_path ({json.dumps(line)[:80]}); skipped")
+                problems.append(
+                    f"{self.path / CHECKPOINTS_FILE}: entry {number} has no step or state_path "
+                    f"({json.dumps(line)[:80]}); skipped"
+                )
         records = self.path / RECORDS_DIR
         for file in sorted(records.glob("*.jsonl")) if records.is_dir() else []:
             record = read_rows(file)
@@ -383,12 +413,15 @@ class RunFolder:
     def _rewrite(self, name: str, read: Rows, text: str) -> None:
         """Replace ``name`` with ``text``; a damaged file is first kept as ``<name>.damaged-N``."""
         path = self.path / name
-        out_of_order = name == METRICS_FILE and intact_steps(read.rows) < len(read.rows)  # e.g. rows repeated by an old restart
+        # e.g. rows repeated by an old restart
+        out_of_order = name == METRICS_FILE and intact_steps(read.rows) < len(read.rows)
         if (read.problems or out_of_order) and path.exists():
             number = 1 + sum(1 for _ in self.path.glob(f"{name}.damaged-*"))
             kept = path.with_name(f"{name}.damaged-{number}")
             shutil.copyfile(path, kept)
-            warnings.warn(f"{path} was damaged: kept as {kept.name}, rewritten from what could be recovered", stacklevel=4)
+            warnings.warn(
+                f"{path} was damaged: kept as {kept.name}, rewritten from what could be recovered", stacklevel=4
+            )
         atomic_write_text(path, text)
 
     # ----- each step ---------------------------------------------------------------------
@@ -398,7 +431,9 @@ class RunFolder:
 
     def log_warmup(self, losses: list[float]) -> None:
         """Write the warm-up's loss per step."""
-        atomic_write_text(self.path / WARMUP_FILE, rows_text([{"warmup_step": i, "loss": loss} for i, loss in enumerate(losses)]))
+        atomic_write_text(
+            self.path / WARMUP_FILE, rows_text([{"warmup_step": i, "loss": loss} for i, loss in enumerate(losses)])
+        )
 
     def will_save(self, name: str) -> None:
         """Record that gemlab is about to save checkpoint ``name`` here (before the backend writes
@@ -454,7 +489,8 @@ class RunFolder:
         root = self.local_checkpoints
         if not root.is_dir():
             return 0
-        from tinker_emulator.checkpoints import SCHEME, folder_of, staged_name  # lazy: real Tinker runs never load the emulator
+        # lazy: real Tinker runs never load the emulator
+        from tinker_emulator.checkpoints import SCHEME, folder_of, staged_name
 
         named = [line["state_path"] for line in self.checkpoints]
         keep = {(folder_of(path, root) if path.startswith(SCHEME) else Path(path)).resolve() for path in named}
@@ -464,7 +500,11 @@ class RunFolder:
             cleaned = False
             for folder in list(weights.iterdir()):
                 staging = staged_name(folder.name) in owned
-                if folder.is_dir() and not folder.is_symlink() and (staging or (folder.name in owned and folder.resolve() not in keep)):
+                if (
+                    folder.is_dir()
+                    and not folder.is_symlink()
+                    and (staging or (folder.name in owned and folder.resolve() not in keep))
+                ):
                     shutil.rmtree(folder, ignore_errors=True)
                     removed += not staging
                     cleaned = True
@@ -482,7 +522,9 @@ class RunFolder:
             staging.unlink(missing_ok=True)
 
 
-def export_run(run_dir: Path, target: Path, *, config: Config | None = None, extra: dict[str, str] | None = None) -> None:
+def export_run(
+    run_dir: Path, target: Path, *, config: Config | None = None, extra: dict[str, str] | None = None
+) -> None:
     """Keep a finished run's record (config, metrics, warm-up; no checkpoints) in ``target``, e.g.
     ``data/runs/<name>``, for figures and tables. Under ``target``'s lock, written by
     write-then-rename; ``config`` replaces the saved config (say, with ``log_dir`` pointing at
@@ -492,11 +534,17 @@ def export_run(run_dir: Path, target: Path, *, config: Config | None = None, ext
     allowed = {CONFIG_FILE, METRICS_FILE, WARMUP_FILE, LOCK_FILE, *(extra or {})}
     foreign = sorted(p.name for p in target.iterdir() if p.name not in allowed and not p.name.startswith("."))
     if foreign:
-        raise RunFolderError(f"{target} holds files that are not a saved run's ({', '.join(foreign[:3])}); choose another folder")
+        raise RunFolderError(
+            f"{target} holds files that are not a saved run's ({', '.join(foreign[:3])}); choose another folder"
+        )
     lock = RunLock(target)
     lock.acquire()
     try:
-        texts = {name: (run_dir / name).read_text() for name in (CONFIG_FILE, METRICS_FILE, WARMUP_FILE) if (run_dir / name).exists()}
+        texts = {
+            name: (run_dir / name).read_text()
+            for name in (CONFIG_FILE, METRICS_FILE, WARMUP_FILE)
+            if (run_dir / name).exists()
+        }
         if config is not None:
             texts[CONFIG_FILE] = json.dumps(chz.asdict(config), indent=2)
         for name, text in {**texts, **(extra or {})}.items():
@@ -508,6 +556,10 @@ def export_run(run_dir: Path, target: Path, *, config: Config | None = None, ext
 def _valid_line(line: dict[str, Any]) -> bool:
     """An index line a resume can use: a positive integer step and a state path."""
     step = line.get("step")
-    return isinstance(step, int) and not isinstance(step, bool) and step > 0 and isinstance(line.get("state_path"), str) and bool(line["state_path"])
-
-
+    return (
+        isinstance(step, int)
+        and not isinstance(step, bool)
+        and step > 0
+        and isinstance(line.get("state_path"), str)
+        and bool(line["state_path"])
+    )

@@ -50,7 +50,12 @@ class AsyncRollouts:
     """
 
     def __init__(
-        self, collect: Callable[[int, Any], Awaitable[RolloutBatch]], *, max_staleness: int, first_step: int, stale_batches: str = "drop"
+        self,
+        collect: Callable[[int, Any], Awaitable[RolloutBatch]],
+        *,
+        max_staleness: int,
+        first_step: int,
+        stale_batches: str = "drop",
     ) -> None:
         if max_staleness < 1:
             raise ValueError(f"max_staleness must be at least 1 for asynchronous rollouts, got {max_staleness}")
@@ -96,7 +101,9 @@ class AsyncRollouts:
     async def _resample(self, index: int, step: int) -> ReadyBatch:
         """Batch ``index`` played again by weights at most ``max_staleness`` versions behind ``step``."""
         async with self._published:
-            await self._published.wait_for(lambda: self._latest is not None and self._latest[1] >= step - self.max_staleness)
+            await self._published.wait_for(
+                lambda: self._latest is not None and self._latest[1] >= step - self.max_staleness
+            )
             assert self._latest is not None  # what wait_for waited for
             client, version = self._latest
         started = time.time()
@@ -151,8 +158,15 @@ class AsyncRollouts:
 class AheadSampler:
     """Sampling ahead of the learner (``AsyncRollouts``), started on the first ``batch_for``."""
 
-    def __init__(self, training_client: Any, players: Players, clock: float, max_staleness: int, stale_batches: str = "drop") -> None:
-        self.training_client, self.players, self.clock, self.max_staleness = training_client, players, clock, max_staleness
+    def __init__(
+        self, training_client: Any, players: Players, clock: float, max_staleness: int, stale_batches: str = "drop"
+    ) -> None:
+        self.training_client, self.players, self.clock, self.max_staleness = (
+            training_client,
+            players,
+            clock,
+            max_staleness,
+        )
         self.stale_batches = stale_batches
         self._rollouts: AsyncRollouts | None = None
 
@@ -161,7 +175,10 @@ class AheadSampler:
         learner waited for it and how many stale batches were dropped or re-sampled."""
         if self._rollouts is None:
             self._rollouts = AsyncRollouts(
-                functools.partial(play_batch, self.players), max_staleness=self.max_staleness, first_step=step, stale_batches=self.stale_batches
+                functools.partial(play_batch, self.players),
+                max_staleness=self.max_staleness,
+                first_step=step,
+                stale_batches=self.stale_batches,
             )
             self.weights_updated(step)
         waited = time.time()

@@ -113,4 +113,9 @@ def read_run(path: str | Path) -> SavedRun:
     """Read one run folder: its config (under today's field names; settings a run predates take
     their default, which is what it trained with), its metrics and its checkpoint index."""
     path = Path(path)
-    return SavedRun(path=path, config=saved_config(path / CONFIG_FILE), metrics=read_metrics(path), checkpoints=read_rows(path / CHECKPOINTS_FILE).rows)
+    return SavedRun(
+        path=path,
+        config=saved_config(path / CONFIG_FILE),
+        metrics=read_metrics(path),
+        checkpoints=read_rows(path / CHECKPOINTS_FILE).rows,
+    )

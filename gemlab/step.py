@@ -122,7 +122,13 @@ async def train_step(
         metrics = step_metrics(step, batch, prepared.transitions, outputs, train)
         metrics.update(datum_metrics(prepared.datums))
         metrics.update(staleness_metrics(prepared.transitions, step))
-        metrics.update({"time/sample": timeline["time/sample_end"] - timeline["time/sample_start"], "time/train": end - train_start, "time/step": end - start})
+        metrics.update(
+            {
+                "time/sample": timeline["time/sample_end"] - timeline["time/sample_start"],
+                "time/train": end - train_start,
+                "time/step": end - start,
+            }
+        )
         metrics.update({**timeline, "time/train_start": train_start - clock, "time/train_end": end - clock})
         result = StepResult(metrics, batch, prepared.transitions, outputs)
         if record is not None:
@@ -175,7 +181,14 @@ async def play_batch(players: Players, index: int, sampling_client: Any) -> Roll
     """Batch ``index`` played by ``sampling_client``; its seeds derive from the run seed and ``index``."""
     config = players.config
     random.seed(derive_seed(config.seed, index))  # GEM's games draw from the global random
-    bar = tqdm(total=config.batch_size, desc=f"step {index} episodes", unit="transition", leave=False, disable=not players.progress, file=sys.stdout)
+    bar = tqdm(
+        total=config.batch_size,
+        desc=f"step {index} episodes",
+        unit="transition",
+        leave=False,
+        disable=not players.progress,
+        file=sys.stdout,
+    )
     with bar:  # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle
         return await collect_batch(
             sampling_client,
@@ -201,11 +214,14 @@ def prepare(batch: RolloutBatch, config: Config, step: int) -> Prepared:
     if not all(math.isfinite(x) for e in batch.episodes for t in e.transitions for x in t.act_logprobs):
         raise NonFinite("the sampler returned non-finite logprobs (the weights blew up)")
     rng = step_generator(config.seed, step)
-    transitions, advantages = prepare_transitions(batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size, rng=rng)
+    transitions, advantages = prepare_transitions(
+        batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size, rng=rng
+    )
     places = {id(t): (e, i) for e, episode in enumerate(batch.episodes) for i, t in enumerate(episode.transitions)}
     datums, placements = policy_gradient_datums(transitions, advantages, [places[id(t)] for t in transitions])
     order = rng.permutation(len(datums)) if config.num_minibatches > 1 else np.arange(len(datums))
-    minibatches = [list(chunk) for chunk in np.array_split(order, config.num_minibatches) if len(chunk)]  # merged turns: maybe fewer datums
+    # merged turns: maybe fewer datums
+    minibatches = [list(chunk) for chunk in np.array_split(order, config.num_minibatches) if len(chunk)]
     return Prepared(transitions, advantages, datums, minibatches, placements)
 
 
@@ -235,7 +251,9 @@ async def update(
     outputs: list[Any] = [None] * len(datums)
     train: dict[str, list[float]] = {}
     for minibatch in minibatches:
-        backward = training_client.forward_backward([datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config)
+        backward = training_client.forward_backward(
+            [datums[i] for i in minibatch], config.loss_fn, loss_fn_config=config.loss_fn_config
+        )
         optim = training_client.optim_step(adam_params(scheduled_learning_rate(config, step)))
         result = await backward.result_async()
         check_finite(result.metrics)
@@ -277,7 +295,9 @@ def check_finite(metrics: dict[str, float]) -> None:
 
 
 # ----- metrics ----------------------------------------------------------------------------------
-def step_metrics(step: int, batch: RolloutBatch, transitions: list[Transition], outputs: list[Any], train: dict[str, float]) -> dict[str, float]:
+def step_metrics(
+    step: int, batch: RolloutBatch, transitions: list[Transition], outputs: list[Any], train: dict[str, float]
+) -> dict[str, float]:
     """One step's row of ``metrics.jsonl`` (time fields aside): episodes, policy, learner."""
     metrics: dict[str, float] = {"step": float(step)}
     metrics.update(rollout_metrics(batch))
@@ -290,4 +310,7 @@ def step_metrics(step: int, batch: RolloutBatch, transitions: list[Transition], 
 def datum_metrics(datums: list[types.Datum]) -> dict[str, float]:
     """What the learner was sent: datums (fewer than transitions where an episode's turns were
     merged) and their tokens (every position it computed, prompts included)."""
-    return {"train/num_datums": float(len(datums)), "train/num_tokens": float(sum(d.model_input.length for d in datums))}
+    return {
+        "train/num_datums": float(len(datums)),
+        "train/num_tokens": float(sum(d.model_input.length for d in datums)),
+    }

@@ -99,7 +99,12 @@ class Template:
         closed = bool(end_tokens) and history[-len(end_tokens) :] == end_tokens
         opening = between[len(end) :] if closed else between
         if _control_strings(tokenizer, observation):
-            return [*history, *_encode(tokenizer, opening), *_as_text(tokenizer, observation), *_encode(tokenizer, after)]
+            return [
+                *history,
+                *_encode(tokenizer, opening),
+                *_as_text(tokenizer, observation),
+                *_encode(tokenizer, after),
+            ]
         return list(history) + list(_encode(tokenizer, opening + observation + after))
 
 
@@ -144,14 +149,20 @@ def _turn_markers(tokenizer: Tokenizer) -> tuple[str, str, str]:
     read off the tokenizer's own template by rendering a conversation with placeholder contents."""
     rendered = str(
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": "\x00A"}, {"role": "assistant", "content": "\x00B"}, {"role": "user", "content": "\x00C"}],
+            [
+                {"role": "user", "content": "\x00A"},
+                {"role": "assistant", "content": "\x00B"},
+                {"role": "user", "content": "\x00C"},
+            ],
             tokenize=False,
             add_generation_prompt=True,
         )
     )
     between = rendered[rendered.index("\x00B") + 2 : rendered.index("\x00C")]
     after = rendered[rendered.index("\x00C") + 2 :]
-    end = next((marker for marker in getattr(tokenizer, "all_special_tokens", []) if marker and between.startswith(marker)), "")
+    end = next(
+        (marker for marker in getattr(tokenizer, "all_special_tokens", []) if marker and between.startswith(marker)), ""
+    )
     return between, after, end
 
 
@@ -162,7 +173,12 @@ TEMPLATES: dict[str, Template] = {
         Template("qwen3_general", "GEM's question prompt in Qwen3 chat format", _qwen3_general),
         Template("no", "the raw observation, no template at all", _no_template),
         Template("chat", "the tokenizer's own chat template, one user turn", None),
-        Template("chat_turns", "the tokenizer's own chat template, the whole episode as one conversation", None, continues=True),
+        Template(
+            "chat_turns",
+            "the tokenizer's own chat template, the whole episode as one conversation",
+            None,
+            continues=True,
+        ),
     )
 }
 

@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gemlab.train: {error}", file=sys.stderr)
         return 2
     if _tinker_model_without_key(config):
-        print(f"gemlab.train: {config.model_name} is a Tinker model: set TINKER_API_KEY for Tinker, or use preset=laptop to train here", file=sys.stderr)
+        print(
+            f"gemlab.train: {config.model_name} is a Tinker model: set TINKER_API_KEY for Tinker, or use "
+            "preset=laptop to train here",
+            file=sys.stderr,
+        )
         return 2
     from gemlab.cli import address_space_short
     from gemlab.memory import run_need
@@ -102,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as error:  # the machine, not the input (memory, disk, a package): what to do about it
         if is_out_of_memory(error):
-            print(f"gemlab.train: {out_of_memory(config.model_name, 'while starting')}; nothing was trained; {FREE_MEMORY}, then rerun: {resume}", file=sys.stderr)
+            print(
+                f"gemlab.train: {out_of_memory(config.model_name, 'while starting')}; nothing was trained; "
+                f"{FREE_MEMORY}, then rerun: {resume}",
+                file=sys.stderr,
+            )
         else:
             print(f"gemlab.train: cannot start, nothing was trained: {failure(error)}", file=sys.stderr)
         return 1
@@ -127,7 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # e.g. the sampler is down or the disk full: keep what is done, say how to go on
         where = "the SFT warm-up (before step 0)" if trainer.in_warmup else f"step {trainer.step_index}"
         if is_out_of_memory(error):
-            print(f"gemlab.train: {out_of_memory(config.model_name, 'in ' + where)}; {_stop(trainer, resume, out_of_memory=True)}", file=sys.stderr)
+            print(
+                f"gemlab.train: {out_of_memory(config.model_name, 'in ' + where)}; "
+                f"{_stop(trainer, resume, out_of_memory=True)}",
+                file=sys.stderr,
+            )
         else:
             print(f"gemlab.train: {where} failed ({failure(error)}); {_stop(trainer, resume)}", file=sys.stderr)
         return 1
@@ -136,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         return _plots(trainer)
     except KeyboardInterrupt:
         _silence_teardown()
-        print(f"\ngemlab.train: SIGINT while drawing the plots; the run is complete in {trainer.run_dir}", file=sys.stderr)
+        print(
+            f"\ngemlab.train: SIGINT while drawing the plots; the run is complete in {trainer.run_dir}", file=sys.stderr
+        )
         return 130
 
 
@@ -152,7 +166,10 @@ def estimate(config: Any, done: int) -> str:
     if calibrated is None:
         return f"estimated time: said after the first step, at its pace ({left} steps to go){limit}"
     step_s, where = calibrated
-    return f"estimated time: about {minutes(left * step_s)} ({left} steps x {step_s:.1f} s, {where}; python -m gemlab.doctor times this machine){limit}"
+    return (
+        f"estimated time: about {minutes(left * step_s)} ({left} steps x {step_s:.1f} s, {where}; python -m "
+        f"gemlab.doctor times this machine){limit}"
+    )
 
 
 def _tinker_model_without_key(config: Any) -> bool:
@@ -162,7 +179,12 @@ def _tinker_model_without_key(config: Any) -> bool:
     from gemlab.model_names import QWEN3_4B_INSTRUCT
 
     stand_in = os.environ.get("GEMLAB_LOCAL_MODEL")
-    return config.backend == "auto" and config.model_name == QWEN3_4B_INSTRUCT and not os.environ.get("TINKER_API_KEY") and not stand_in
+    return (
+        config.backend == "auto"
+        and config.model_name == QWEN3_4B_INSTRUCT
+        and not os.environ.get("TINKER_API_KEY")
+        and not stand_in
+    )
 
 
 def failure(error: BaseException) -> str:
@@ -195,7 +217,10 @@ def _stop(trainer: Trainer, resume: str, out_of_memory: bool = False) -> str:
             if is_out_of_memory(error):
                 return f"the checkpoint could not be saved (out of memory); {kept}; {FREE_MEMORY}, then {go_on}"
             disk_full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
-            return f"the checkpoint could not be saved ({failure(error)}); {kept}; {'free disk space, then ' if disk_full else ''}{go_on}"
+            return (
+                f"the checkpoint could not be saved ({failure(error)}); {kept}; "
+                f"{'free disk space, then ' if disk_full else ''}{go_on}"
+            )
     trainer.close()
     return f"{done}; {FREE_MEMORY + ', then ' if out_of_memory else ''}{go_on}"
 
@@ -211,13 +236,18 @@ def _plots(trainer: Trainer) -> int:
     config, name = trainer.config, trainer.run_dir.name
     curve = plots.plot_learning_curve(trainer.run_dir, smoothing=5, title=f"{name}: success rate")
     plots.save_figure(curve, trainer.run_dir / "learning_curve.png")
-    diagnostics = plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)")
+    diagnostics = plots.plot_diagnostics(
+        trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics ({config.loss_fn} loss)"
+    )
     plots.save_figure(diagnostics, trainer.run_dir / "diagnostics.png")
     loss = None if config.loss_fn == "importance_sampling" else config.loss_fn
     points = eval_points(trainer.history)
     if points:
         print(describe(eval_set_name(chz.asdict(config)), points))
-    print(f"done: {summary(trainer.history, loss=loss)}; wrote {trainer.run_dir}/: {', '.join(_contents(trainer.run_dir))}")
+    print(
+        f"done: {summary(trainer.history, loss=loss)}; wrote {trainer.run_dir}/: "
+        f"{', '.join(_contents(trainer.run_dir))}"
+    )
     return 0
 
 
@@ -230,7 +260,10 @@ def summary(history: list[dict[str, float]], window: int = 10, loss: str | None 
     first, last = sum(success[:n]) / n, sum(success[-n:]) / n
     steps = "step" if n == 1 else f"{n} steps"
     with_loss = f" with the {loss} loss" if loss else ""
-    return f"{len(success)} steps{with_loss}, rollout success on training problems {first:.2f} over the first {steps} -> {last:.2f} over the last {steps}"
+    return (
+        f"{len(success)} steps{with_loss}, rollout success on training problems {first:.2f} over the first "
+        f"{steps} -> {last:.2f} over the last {steps}"
+    )
 
 
 def _contents(run_dir: Path) -> list[str]:

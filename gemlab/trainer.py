@@ -63,11 +63,16 @@ def check_wandb(project: str | None) -> None:
     try:
         import wandb  # optional: only runs that log to wandb need it installed
     except ImportError:
-        raise ValueError(f"wandb_project={project!r} needs the wandb package: pip install wandb (or leave wandb_project unset)") from None
+        raise ValueError(
+            f"wandb_project={project!r} needs the wandb package: pip install wandb (or leave wandb_project unset)"
+        ) from None
     if os.environ.get("WANDB_MODE") in ("offline", "disabled") or os.environ.get("WANDB_API_KEY"):
         return
     if not wandb.login(verify=False, prompt=False):  # reads the key wandb would use; no prompt, no network
-        raise ValueError(f"wandb_project={project!r}: wandb is not logged in; run `wandb login`, set WANDB_API_KEY, or WANDB_MODE=offline")
+        raise ValueError(
+            f"wandb_project={project!r}: wandb is not logged in; run `wandb login`, set WANDB_API_KEY, or "
+            "WANDB_MODE=offline"
+        )
 
 
 def check_context(service_client: Any, config: Config) -> None:
@@ -76,9 +81,14 @@ def check_context(service_client: Any, config: Config) -> None:
         models = served_models(service_client)
     except Exception:  # a backend that cannot say: the first sample will
         return
-    limit = next((m.max_context_length for m in models if m.model_name == config.model_name and m.max_context_length), None)
+    limit = next(
+        (m.max_context_length for m in models if m.model_name == config.model_name and m.max_context_length), None
+    )
     if limit is not None and config.max_tokens > limit:
-        raise ValueError(f"max_tokens={config.max_tokens} is more than {config.model_name}'s context of {limit} tokens; use at most {limit}")
+        raise ValueError(
+            f"max_tokens={config.max_tokens} is more than {config.model_name}'s context of {limit} tokens; use "
+            f"at most {limit}"
+        )
 
 
 class TrainingDiverged(RuntimeError):
@@ -190,7 +200,8 @@ class Trainer:
         self.last_batch: RolloutBatch | None = None
         self._warmed_up = False
         self._warmed_up_by_caller = False  # ``warmup()`` called: the start is the caller's to measure
-        self._start_evals: dict[str, dict[str, float]] = {}  # stage -> its eval/<stage>_* fields, until step 0's row is logged
+        # stage -> its eval/<stage>_* fields, until step 0's row is logged
+        self._start_evals: dict[str, dict[str, float]] = {}
         self._eval_name = eval_set_name(chz.asdict(config))
         self.last_update: tuple[list[Transition], list[Any]] | None = None  # trained transitions, learner outputs
         self._stop_requested = False
@@ -223,7 +234,12 @@ class Trainer:
                 self.training_client = self._loop.run(self._fresh_client())
             self.tokenizer = self.training_client.get_tokenizer()
             self.envs = make_envs(
-                config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=self.tokenizer, group_size=config.group_size
+                config.env_id,
+                config.num_env,
+                seed=config.seed,
+                env_wrappers=config.env_wrappers,
+                tokenizer=self.tokenizer,
+                group_size=config.group_size,
             )
         except BaseException:
             self.folder.abandon()  # bad input leaves no files: remove what this call made
@@ -231,7 +247,9 @@ class Trainer:
         self.folder.save_config(config, changes, self.step_index)
         players = Players(config, self.envs, self.tokenizer, self.template, progress)
         if config.max_staleness > 0:
-            self.sampler: Sampling = AheadSampler(self.training_client, players, self._clock, config.max_staleness, config.stale_batches)
+            self.sampler: Sampling = AheadSampler(
+                self.training_client, players, self._clock, config.max_staleness, config.stale_batches
+            )
         else:
             self.sampler = Inline(self.training_client, players, self._clock)
 
@@ -268,7 +286,13 @@ class Trainer:
             if step == 0 and not self.history:
                 await self._start()
             result = await train_step(
-                self.training_client, self.sampler, self.config, step, clock=self._clock, on_update=self._update_sent, record=self._record
+                self.training_client,
+                self.sampler,
+                self.config,
+                step,
+                clock=self._clock,
+                on_update=self._update_sent,
+                record=self._record,
             )
             return result.metrics
         except NonFinite as error:
@@ -326,12 +350,22 @@ class Trainer:
         self._stop_requested = False
         self._run_last, self._step_times, self.stopped_for_time = last, [], None
         self._budget_start = self.clock() if self.config.max_minutes else None
-        bar = tqdm(total=last, initial=min(self.step_index, last), desc="training", unit="step", disable=not self.progress, file=sys.stdout)
+        bar = tqdm(
+            total=last,
+            initial=min(self.step_index, last),
+            desc="training",
+            unit="step",
+            disable=not self.progress,
+            file=sys.stdout,
+        )
         try:
             with bar:  # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle
                 while self.step_index < last and not self._stop_requested and not self.stopped_for_time:
                     metrics = self.step()
-                    bar.set_postfix(train_success=f"{metrics['sampler/success_rate']:.2f}", ret=f"{metrics['sampler/episode_return']:.2f}")
+                    bar.set_postfix(
+                        train_success=f"{metrics['sampler/success_rate']:.2f}",
+                        ret=f"{metrics['sampler/episode_return']:.2f}",
+                    )
                     bar.update(1)
                     if len(self._step_times) == 1 and self.step_index < last and self.progress:
                         tqdm.write(self._pace(last), file=sys.stdout)
@@ -348,12 +382,23 @@ class Trainer:
         one), and the evaluations among them at the newest one's, in one line."""
         left = last - self.step_index
         step_s = statistics.mean(self._step_times)
-        evals = sum(1 for step in range(self.step_index + 1, last + 1) if self.config.eval_every > 0 and step % self.config.eval_every == 0)
+        evals = sum(
+            1
+            for step in range(self.step_index + 1, last + 1)
+            if self.config.eval_every > 0 and step % self.config.eval_every == 0
+        )
         eval_s = self._evaluation_s({}) if evals else 0.0
         total = left * step_s + evals * eval_s
         also = f" and {evals} evaluation(s) x {eval_s:.0f} s" if evals else ""
-        limit = f"; max_minutes={self.config.max_minutes:g} stops it sooner" if self.config.max_minutes and total > self.config.max_minutes * 60 else ""
-        return f"about {duration(total)} to go at this step's pace ({left} step{'s' * (left != 1)} x {step_s:.1f} s{also}){limit}"
+        limit = (
+            f"; max_minutes={self.config.max_minutes:g} stops it sooner"
+            if self.config.max_minutes and total > self.config.max_minutes * 60
+            else ""
+        )
+        return (
+            f"about {duration(total)} to go at this step's pace ({left} step{'s' * (left != 1)} x {step_s:.1f} "
+            f"s{also}){limit}"
+        )
 
     def _evaluation_s(self, metrics: dict[str, float]) -> float:
         """The newest measured evaluation's seconds: in ``metrics``, else the run's rows, else 0."""
@@ -379,7 +424,8 @@ class Trainer:
         evaluation = f" and the final evaluation about {eval_s:.0f} s" if self.config.eval_every > 0 else ""
         return (
             f"max_minutes={self.config.max_minutes:g}: stopped after {self.step_index + 1} of {self._run_last} steps, "
-            f"{used / 60:.1f} minutes used (the next step takes about {step_s:.0f} s{evaluation}); run it again to resume"
+            f"{used / 60:.1f} minutes used (the next step takes about {step_s:.0f} s{evaluation}); run it "
+            "again to resume"
         )
 
     def request_stop(self) -> None:
@@ -387,7 +433,8 @@ class Trainer:
         self._stop_requested = True
 
     def save_checkpoint(self) -> str:
-        """Save LoRA weights and optimizer state at the current step (once per step); the run resumes from the latest."""
+        """Save LoRA weights and optimizer state at the current step (once per step); the run resumes from the
+        latest."""
         self._check_usable()
         return self._loop.run(self._save_checkpoint())
 
@@ -428,7 +475,9 @@ class Trainer:
 
     def _check_usable(self) -> None:
         if self._closed:
-            raise RuntimeError(f"this Trainer is closed; create a new Trainer for {self.run_dir} to go on from its last checkpoint")
+            raise RuntimeError(
+                f"this Trainer is closed; create a new Trainer for {self.run_dir} to go on from its last checkpoint"
+            )
         if not self.consistent:
             where = "its SFT warm-up" if self._in_warmup else "an update"
             raise RuntimeError(
@@ -464,7 +513,9 @@ class Trainer:
         self._warmed_up = self._in_warmup = True
         self.last_evaluation = None
         bar = self.progress if progress is None else progress
-        losses = await warmup_async(self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=bar)
+        losses = await warmup_async(
+            self.training_client, self.tokenizer, self.envs, self.template, self.config, progress=bar
+        )
         self.folder.log_warmup(losses)
         self._in_warmup = False
         return losses
@@ -486,7 +537,10 @@ class Trainer:
         try:
             await self._evaluate_start(stage)
         except Exception as error:  # an env or sampler error in the evaluation must not cost the run
-            warnings.warn(f"the {STAGES[stage]} evaluation failed ({error!r}); step 0 is logged without eval/{stage}_*", stacklevel=2)
+            warnings.warn(
+                f"the {STAGES[stage]} evaluation failed ({error!r}); step 0 is logged without eval/{stage}_*",
+                stacklevel=2,
+            )
 
     async def _evaluate_start(self, stage: str) -> EvalResult:
         start = time.time()
@@ -501,7 +555,10 @@ class Trainer:
         try:
             result = await self._play_evaluation("step", self.step_index + 1)
         except Exception as error:  # an env or sampler error in the evaluation must not cost the update
-            warnings.warn(f"step {self.step_index}: the evaluation failed ({error!r}); the step is logged without eval/*", stacklevel=2)
+            warnings.warn(
+                f"step {self.step_index}: the evaluation failed ({error!r}); the step is logged without eval/*",
+                stacklevel=2,
+            )
             return {}
         return {**eval_metrics(result), "time/eval": time.time() - start}
 
@@ -509,9 +566,18 @@ class Trainer:
         """The evaluation set played with the current weights (``steps`` taken), under a bar of its
         own and then printed as one line when the Trainer shows progress."""
         label = f"evaluation: {point_label(stage, steps)}"
-        bar = tqdm(total=self.config.eval_games, desc=label, unit="episode", leave=False, disable=not self.progress, file=sys.stdout)
+        bar = tqdm(
+            total=self.config.eval_games,
+            desc=label,
+            unit="episode",
+            leave=False,
+            disable=not self.progress,
+            file=sys.stdout,
+        )
         with bar:
-            result = await evaluate_client(self.training_client, self.tokenizer, self.template, self.config, progress=bar)
+            result = await evaluate_client(
+                self.training_client, self.tokenizer, self.template, self.config, progress=bar
+            )
         self.last_evaluation = result
         if self.progress:
             tqdm.write(f"{self._eval_name}: {Point.of(result, stage, steps).describe()}", file=sys.stdout)
@@ -528,7 +594,9 @@ class Trainer:
 
     async def _fresh_client(self) -> Any:
         config = self.config
-        return await self.service_client.create_lora_training_client(base_model=config.model_name, rank=config.lora_rank, seed=config.seed)
+        return await self.service_client.create_lora_training_client(
+            base_model=config.model_name, rank=config.lora_rank, seed=config.seed
+        )
 
     async def _resume_from(self, path: str) -> None:
         """A training client with the LoRA weights and optimizer state saved at ``path``."""
@@ -542,5 +610,9 @@ class Trainer:
                 import wandb  # optional: only runs that log to wandb need it installed
 
                 self._wandb = wandb
-                wandb.init(project=self.config.wandb_project, name=self.config.resolved_run_name, config=chz.asdict(self.config))
+                wandb.init(
+                    project=self.config.wandb_project,
+                    name=self.config.resolved_run_name,
+                    config=chz.asdict(self.config),
+                )
             self._wandb.log(metrics, step=int(metrics["step"]))

@@ -98,7 +98,15 @@ def first_code_block(text: str) -> str | None:
 
 
 async def own_examples(
-    training_client: Any, envs: Sequence[Any], tokenizer: Any, template: Template, count: int, *, seed: int, kind: str, temperature: float = 1.0
+    training_client: Any,
+    envs: Sequence[Any],
+    tokenizer: Any,
+    template: Template,
+    count: int,
+    *,
+    seed: int,
+    kind: str,
+    temperature: float = 1.0,
 ) -> list[types.Datum]:
     """``count`` (prompt, target) datums from the current weights' own answers: problem ``i`` is
     the first observation of an env reset with ``derive_seed(seed, i)``, asked as ``kind`` says
@@ -117,11 +125,16 @@ async def own_examples(
     async def examples(index: int) -> list[types.Datum]:
         env = envs[index % len(envs)]
         observation, _ = env.reset(seed=derive_seed(seed, index))
-        action = await cast(Awaitable[Action], llm_policy(sampler, asking, seed=derive_seed(seed, index, 1))(observation))  # async
+        action = await cast(
+            Awaitable[Action], llm_policy(sampler, asking, seed=derive_seed(seed, index, 1))(observation)
+        )  # async
         target = target_of(tokenizer.decode(action.act_tokens, skip_special_tokens=True))
         if target is None:
             return []
-        prompt, answer = template.render(observation, tokenizer), list(tokenizer.encode(target, add_special_tokens=False)) + end
+        prompt, answer = (
+            template.render(observation, tokenizer),
+            list(tokenizer.encode(target, add_special_tokens=False)) + end,
+        )
         found = [] if kind == "tool_reports" else [supervised_datum(prompt, answer)]
         if own_code:  # the tool runs the block; what it printed, boxed, is the next turn's answer
             tool_output, _, done, _, info = env.step(target)
@@ -129,7 +142,11 @@ async def own_examples(
             reported = boxed_last_integer(tool_output) if ran else None
             if reported is None:  # code that failed, or printed no number, shows no protocol worth copying
                 return []
-            following = template.continue_tokens(prompt + answer, tool_output, tokenizer) if template.continues else template.render(tool_output, tokenizer)
+            following = (
+                template.continue_tokens(prompt + answer, tool_output, tokenizer)
+                if template.continues
+                else template.render(tool_output, tokenizer)
+            )
             found.append(supervised_datum(following, list(tokenizer.encode(reported, add_special_tokens=False)) + end))
         return found
 
@@ -143,7 +160,10 @@ async def own_examples(
         asked += wanted
     if len(datums) < count:
         what = "a Python block that printed an integer" if own_code else "a number"
-        raise ValueError(f"warmup_data={kind!r}: the model wrote {what} in only {len(datums)} of {asked} answers; use another warm-up")
+        raise ValueError(
+            f"warmup_data={kind!r}: the model wrote {what} in only {len(datums)} of {asked} answers; use "
+            "another warm-up"
+        )
     return datums[:count]
 
 
@@ -156,14 +176,24 @@ async def warmup_async(
     random.seed(derive_seed(config.seed, WARMUP_STREAM))  # GEM's scripted answers draw from the global random
     own_bar = isinstance(progress, bool)
     # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
-    bar = tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress, file=sys.stdout) if own_bar else progress
+    bar = (
+        tqdm(total=config.warmup_steps, desc="SFT warm-up", unit="step", disable=not progress, file=sys.stdout)
+        if own_bar
+        else progress
+    )
     per_step = config.warmup_batch_size or config.batch_size
     own = config.warmup_data in ("own_answers", "own_code", "tool_reports")
     if own:  # all asked of the model as it was before the warm-up
         bar.set_postfix_str(f"the model answers {config.warmup_steps * per_step} problems")
         examples = await own_examples(
-            training_client, envs, tokenizer, template, config.warmup_steps * per_step, seed=derive_seed(config.seed, WARMUP_STREAM),
-            kind=config.warmup_data, temperature=config.temperature,
+            training_client,
+            envs,
+            tokenizer,
+            template,
+            config.warmup_steps * per_step,
+            seed=derive_seed(config.seed, WARMUP_STREAM),
+            kind=config.warmup_data,
+            temperature=config.temperature,
         )
     losses: list[float] = []
     for index in range(config.warmup_steps):

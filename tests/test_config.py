@@ -24,7 +24,12 @@ def test_bad_config_values(overrides, message):
 def test_defaults_are_gems():
     c = Config()
     assert (c.gamma, c.learning_rate, c.lora_rank, c.batch_size, c.num_env) == (0.9, 4e-5, 8, 128, 32)
-    assert (c.template, c.env_id, c.env_wrappers, c.advantage) == ("qwen3_game", "game:GuessTheNumber-v0-easy", "concat", "rebn")
+    assert (c.template, c.env_id, c.env_wrappers, c.advantage) == (
+        "qwen3_game",
+        "game:GuessTheNumber-v0-easy",
+        "concat",
+        "rebn",
+    )
 
 
 def test_presets_and_argv():
@@ -41,7 +46,8 @@ def test_smollm2_preset_validates():
     assert config.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct" and config.backend == "local"
     assert config.warmup_steps > 0  # SmolLM2 never writes \\boxed{} at base: RL alone sees no reward
     assert config.warmup_data == "own_answers"  # reasoning-gym tasks have no scripted player
-    assert (config.env_id, config.eval_env_id) == ("rg:sums-1digit-train", "rg:sums-1digit-test")  # scored on held-out sums
+    # scored on held-out sums
+    assert (config.env_id, config.eval_env_id) == ("rg:sums-1digit-train", "rg:sums-1digit-test")
     with pytest.raises(ValueError, match="eval_every needs max_staleness=0"):
         make_config("smollm2", max_staleness=1)
     assert config_from_argv(["preset=smollm2", "seed=2"]).seed == 2

@@ -120,7 +120,10 @@ def test_the_conversation_grows_and_gem_judges_the_parsed_text(renderer):
 
     prompt, stop = asyncio.run(env.initial_observation())
     text = tokenizer.decode(prompt.to_ints())
-    assert text.startswith("<|im_start|>user\nYou are playing language games. Make valid actions to win.\nObservation: You are playing Guess The Number.")
+    assert text.startswith(
+        "<|im_start|>user\nYou are playing language games. Make valid actions to win.\nObservation: You are "
+        "playing Guess The Number."
+    )
     assert text.endswith("within \\boxed{}.<|im_end|>\n<|im_start|>assistant\n")
     assert stop == renderer.get_stop_sequences()
 
@@ -131,12 +134,14 @@ def test_the_conversation_grows_and_gem_judges_the_parsed_text(renderer):
     # the next prompt is the last prompt, the action, and GEM's reply as the next user message
     assert step.next_observation.to_ints()[: prompt.length + len(action)] == prompt.to_ints() + action
     assert tokenizer.decode(step.next_observation.to_ints()[prompt.length + len(action) :]) == (
-        f"\n<|im_start|>user\nAt turn 1, you guessed {wrong}, and the target number is {hint} than {wrong}.<|im_end|>\n<|im_start|>assistant\n"
+        f"\n<|im_start|>user\nAt turn 1, you guessed {wrong}, and the target number is {hint} than "
+        f"{wrong}.<|im_end|>\n<|im_start|>assistant\n"
     )
 
     cut_off = tokenizer.encode("\\boxed{", add_special_tokens=False)  # hit max_tokens: no stop token
     last = asyncio.run(env.step(cut_off))
-    assert (last.reward, last.episode_done, last.next_observation.length) == (-0.1, True, 0)  # GEM's format-error reward
+    # GEM's format-error reward
+    assert (last.reward, last.episode_done, last.next_observation.length) == (-0.1, True, 0)
     assert last.logs["observation"] == "At turn 2, you did not provide a valid guess."
 
 
@@ -144,8 +149,14 @@ def test_bad_command_lines_are_one_line_and_status_2(cookbook, capsys):
     from gemlab.cookbook.__main__ import main
 
     for argv, says in [
-        (["env_id=game:GuessTheNumbr-v0-easy"], "Unknown GEM env id 'game:GuessTheNumbr-v0-easy'. Closest registered ids: game:GuessTheNumber-v0-easy"),
-        (["template=qwen"], "Unknown template 'qwen'. Known templates: qwen3_game, qwen3_general, no, chat, chat_turns."),
+        (
+            ["env_id=game:GuessTheNumbr-v0-easy"],
+            "Unknown GEM env id 'game:GuessTheNumbr-v0-easy'. Closest registered ids: game:GuessTheNumber-v0-easy",
+        ),
+        (
+            ["template=qwen"],
+            "Unknown template 'qwen'. Known templates: qwen3_game, qwen3_general, no, chat, chat_turns.",
+        ),
         (["group_size=0"], "group_size must be a positive integer, got 0"),
         (["nokey=1"], "Extraneous argument 'nokey'"),
     ]:
@@ -156,20 +167,32 @@ def test_bad_command_lines_are_one_line_and_status_2(cookbook, capsys):
 
 @pytest.mark.slow  # subprocesses
 def test_gemlab_does_not_import_the_cookbook_and_a_missing_one_is_one_line(tmp_path: Path):
-    loaded = "import sys, gemlab, gemlab.trainer, gemlab.cookbook; print(sorted(m for m in sys.modules if 'tinker_cookbook' in m))"
+    loaded = (
+        "import sys, gemlab, gemlab.trainer, gemlab.cookbook; print(sorted(m for m in sys.modules if "
+        "'tinker_cookbook' in m))"
+    )
     done = subprocess.run([sys.executable, "-c", loaded], capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.strip() == "[]", done.stderr[-2000:]
     # a cookbook whose import fails for want of one of its own imports
     (tmp_path / "tinker_cookbook").mkdir()
-    (tmp_path / "tinker_cookbook" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'blobfile'\", name='blobfile')\n")
+    (tmp_path / "tinker_cookbook" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'blobfile'\", name='blobfile')\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-m", "gemlab.cookbook"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "gemlab.cookbook"], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
     assert (done.returncode, done.stderr) == (1, INSTALL_LINE + "\n")
 
 
 # ----- the cookbook's training loop, 2 steps then resumed to 3 ------------------------------------
 def _run_local(args: list[str], tmp_path: Path) -> str:
-    env = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), "HF_HUB_OFFLINE": "1", "GEMLAB_THREADS": "1"}
+    env = {
+        **os.environ,
+        "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"),
+        "HF_HUB_OFFLINE": "1",
+        "GEMLAB_THREADS": "1",
+    }
     for name in ("TINKER_API_KEY", "TINKER_BASE_URL", "GEMLAB_LOCAL_MODEL"):
         env.pop(name, None)
     done = subprocess.run(
@@ -241,7 +264,9 @@ def test_cookbook_training_over_http_then_resumed(env_id: str, hf_home: Path, se
     _check_run(log, env_id, [0, 1])
     state_path = json.loads((log / "checkpoints.jsonl").read_text().splitlines()[-1])["state_path"]
     assert state_path.startswith("tinker://")
-    resumed = run_client(server, [*args, "max_steps=3", "behavior_if_log_dir_exists=resume"], tmp_path, timeout=600, HF_HOME=str(hf_home))
+    resumed = run_client(
+        server, [*args, "max_steps=3", "behavior_if_log_dir_exists=resume"], tmp_path, timeout=600, HF_HOME=str(hf_home)
+    )
     assert f"Resumed training from {state_path}" in resumed.stdout + resumed.stderr
     _check_run(log, env_id, [0, 1, 2])
 
@@ -257,7 +282,12 @@ def _run_gems(cookbook_folder: Path | None, env_id: str, tmp_path: Path) -> subp
     ``examples/train_tinker/``; ``cookbook_folder`` alone on ``PYTHONPATH`` (None: none, so the
     installed 0.6.1; gemlab's own examples/ folder stays off the path)."""
     root = gem_cookbook.as_upstream_package(tmp_path / "gem")
-    env = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), "HF_HUB_OFFLINE": "1", "GEMLAB_THREADS": "1"}
+    env = {
+        **os.environ,
+        "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"),
+        "HF_HUB_OFFLINE": "1",
+        "GEMLAB_THREADS": "1",
+    }
     for name in ("TINKER_API_KEY", "TINKER_BASE_URL", "GEMLAB_LOCAL_MODEL", "PYTHONPATH"):
         env.pop(name, None)
     if cookbook_folder is not None:
@@ -288,11 +318,17 @@ def test_gems_cookbook_adapter_trains_an_rg_task_with_cookbook_0_1_0(cookbook: P
     "version, env_id, error",
     [
         ("0.1.0", GAME, "AttributeError: 'GuessTheNumberEnv' object has no attribute 'seed'"),
-        ("0.6.1", "rg:simple_equations", "TypeError: Config.__init__() missing 1 required keyword-only argument: 'recipe_name'"),
+        (
+            "0.6.1",
+            "rg:simple_equations",
+            "TypeError: Config.__init__() missing 1 required keyword-only argument: 'recipe_name'",
+        ),
     ],
     ids=["a-game-with-0.1.0", "rg-with-0.6.1"],
 )
-def test_gems_cookbook_adapter_fails_as_documented(version: str, env_id: str, error: str, cookbook: Path, tmp_path: Path):
+def test_gems_cookbook_adapter_fails_as_documented(
+    version: str, env_id: str, error: str, cookbook: Path, tmp_path: Path
+):
     """GEM's adapter reads ``env.seed``, which only its reasoning-gym envs have; cookbook 0.4.2 and
     later require ``Config(recipe_name=...)``, which GEM's script does not pass."""
     done = _run_gems(cookbook_0_1_0() if version == "0.1.0" else None, env_id, tmp_path)

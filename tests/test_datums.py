@@ -38,7 +38,9 @@ def test_supervised_datum_weights_only_answer():
 
 
 def _turn(obs, act, logprobs=None):
-    return Transition(obs_tokens=list(obs), act_tokens=list(act), act_logprobs=logprobs or [-0.5] * len(act), reward=0.0, done=False)
+    return Transition(
+        obs_tokens=list(obs), act_tokens=list(act), act_logprobs=logprobs or [-0.5] * len(act), reward=0.0, done=False
+    )
 
 
 def _conversation(first=(1, 2, 3), turns=3):
@@ -72,10 +74,19 @@ def test_turns_that_do_not_extend_the_previous_one_stay_their_own_datums_in_orde
     places = [(1, 1), (0, 2), (0, 0), (1, 0), (0, 1)]
     datums, placements = policy_gradient_datums(turns, [1.0] * 5, places)
     # datums in the order of their first turn in `turns`: other's episode, broken's last turn, broken's first two
-    assert [d.model_input.length for d in datums] == [len(other[1].obs_tokens) + 1, len(broken[2].obs_tokens) + 1, len(broken[1].obs_tokens) + 1]
+    assert [d.model_input.length for d in datums] == [
+        len(other[1].obs_tokens) + 1,
+        len(broken[2].obs_tokens) + 1,
+        len(broken[1].obs_tokens) + 1,
+    ]
     assert [p.datum for p in placements] == [0, 1, 2, 0, 2]
     alone = policy_gradient_datums([broken[2]], [1.0], [(0, 0)])[0][0]
-    assert alone.model_input.to_ints() == policy_gradient_datum(broken[2].obs_tokens, broken[2].act_tokens, broken[2].act_logprobs, 1.0).model_input.to_ints()
+    assert (
+        alone.model_input.to_ints()
+        == policy_gradient_datum(
+            broken[2].obs_tokens, broken[2].act_tokens, broken[2].act_logprobs, 1.0
+        ).model_input.to_ints()
+    )
 
 
 def test_a_step_prepares_one_datum_per_conversation_and_per_turn_otherwise():
@@ -84,7 +95,8 @@ def test_a_step_prepares_one_datum_per_conversation_and_per_turn_otherwise():
     from gemlab.step import prepare
 
     episodes = [Episode(transitions=_conversation(first=(1, 2, 3 + e))) for e in range(4)]
-    episodes.append(Episode(transitions=[_turn([7, 8], [9]), _turn([7, 8, 9, 1], [2]), _turn([6], [5])]))  # breaks at turn 3
+    # breaks at turn 3
+    episodes.append(Episode(transitions=[_turn([7, 8], [9]), _turn([7, 8, 9, 1], [2]), _turn([6], [5])]))
     config = make_config("laptop", batch_size=15, num_env=5)
     prepared = prepare(RolloutBatch(episodes=episodes), config, step=0)
     assert len(prepared.transitions) == 15 and len(prepared.datums) == 6

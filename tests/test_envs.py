@@ -63,17 +63,23 @@ def test_the_split_holds_out_64_questions_by_unordered_pair(task, operator):
 def test_sums_to20_holds_377_sums_and_none_of_the_held_out_ones():
     import gem
 
-    train, test = gem.make("rg:sums-to20-train", seed=0, use_mp=False), gem.make("rg:sums-1digit-test", seed=0, use_mp=False)
+    train, test = (
+        gem.make("rg:sums-to20-train", seed=0, use_mp=False),
+        gem.make("rg:sums-1digit-test", seed=0, use_mp=False),
+    )
     questions = {item["question"] for item in train.items}
     assert len(questions) == 21 * 21 - 64 and questions.isdisjoint(item["question"] for item in test.items)
-    assert "Calculate 20 + 13." in questions and all(str(eval(i["metadata"]["expression"])) == i["answer"] for i in train.items)
+    assert "Calculate 20 + 13." in questions and all(
+        str(eval(i["metadata"]["expression"])) == i["answer"] for i in train.items
+    )
 
 
 def test_sums_mix_draws_half_its_problems_from_each_training_side():
     import gem
 
     mix, one_digit, to20, test = (
-        gem.make(f"rg:{name}", seed=0, use_mp=False) for name in ("sums-mix-train", "sums-1digit-train", "sums-to20-train", "sums-1digit-test")
+        gem.make(f"rg:{name}", seed=0, use_mp=False)
+        for name in ("sums-mix-train", "sums-1digit-train", "sums-to20-train", "sums-1digit-test")
     )
     even = {mix.reset(seed=2 * s)[0] for s in range(500)}
     odd = {mix.reset(seed=2 * s + 1)[0] for s in range(2000)}
@@ -87,7 +93,9 @@ def test_sums_mix_draws_half_its_problems_from_each_training_side():
 def test_the_nonzero_train_side_leaves_out_the_questions_with_an_operand_0(task):
     import gem
 
-    full, nonzero = (gem.make(f"rg:{task}-1digit-train{suffix}", seed=0, use_mp=False).items for suffix in ("", "-nonzero"))
+    full, nonzero = (
+        gem.make(f"rg:{task}-1digit-train{suffix}", seed=0, use_mp=False).items for suffix in ("", "-nonzero")
+    )
     zero = [i for i in full if "0" in i["metadata"]["expression"].replace("10", "").split()]
     assert len(zero) == 15 and len(nonzero) == 42
     assert [i["question"] for i in nonzero] == [i["question"] for i in full if i not in zero]

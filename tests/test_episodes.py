@@ -40,7 +40,9 @@ def test_invalid_format_ends_episode_with_penalty():
     class Rambler(ScriptedSampler):
         async def sample(self, prompt, num_samples, sampling_params):
             tokens = TOKENIZER.encode("no idea", add_special_tokens=False)
-            seq = types.SampledSequence(stop_reason="length", tokens_np=np.array(tokens), logprobs_np=np.full(len(tokens), -1.0), sequence_id=0)
+            seq = types.SampledSequence(
+                stop_reason="length", tokens_np=np.array(tokens), logprobs_np=np.full(len(tokens), -1.0), sequence_id=0
+            )
             return types.SampleResponse(sequences=[seq])
 
     env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
@@ -53,7 +55,9 @@ def test_invalid_format_ends_episode_with_penalty():
 def _batch(sampler, num_env, min_transitions, **kwargs):
     envs = make_envs("game:GuessTheNumber-v0-easy", num_env, seed=1)
     return asyncio.run(
-        collect_batch(sampler, envs, Prompting(TOKENIZER, TEMPLATE, max_tokens=16), min_transitions=min_transitions, **kwargs)
+        collect_batch(
+            sampler, envs, Prompting(TOKENIZER, TEMPLATE, max_tokens=16), min_transitions=min_transitions, **kwargs
+        )
     )
 
 
@@ -121,7 +125,9 @@ def test_envs_that_step_in_a_thread_step_at_the_same_time():
             return "done", 1.0, True, False, {}
 
     async def both():
-        return await asyncio.gather(*(play_episode(WaitsForTheOther(), lambda observation: "hi", env_index=i) for i in range(2)))
+        return await asyncio.gather(
+            *(play_episode(WaitsForTheOther(), lambda observation: "hi", env_index=i) for i in range(2))
+        )
 
     episodes = asyncio.run(both())
     assert [e.total_reward for e in episodes] == [1.0, 1.0]
@@ -192,7 +198,11 @@ def test_a_request_in_flight_survives_the_garbage_collector():
 
     async def main():
         env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0)[0]
-        playing = asyncio.ensure_future(collect_batch(OnlyWeaklyHeld([1, 2, 3, 4]), [env], Prompting(TOKENIZER, TEMPLATE, max_tokens=16), min_transitions=1))
+        playing = asyncio.ensure_future(
+            collect_batch(
+                OnlyWeaklyHeld([1, 2, 3, 4]), [env], Prompting(TOKENIZER, TEMPLATE, max_tokens=16), min_transitions=1
+            )
+        )
         answered = 0
         while not playing.done():  # answer each turn's request after a full GC pass
             if len(waits) > answered:
@@ -214,7 +224,9 @@ def test_a_continuing_template_makes_each_prompt_extend_the_last_prompt_and_acti
     env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0, env_wrappers="")[0]
     prompting = Prompting(TOKENIZER, get_template("chat_turns"), max_tokens=8)
     for reset_seed in range(20):  # a game whose number is not the first guess: several turns
-        episode = asyncio.run(collect_episode(ScriptedSampler([1, 2, 3, 4]), env, prompting, seed=0, reset_seed=reset_seed))
+        episode = asyncio.run(
+            collect_episode(ScriptedSampler([1, 2, 3, 4]), env, prompting, seed=0, reset_seed=reset_seed)
+        )
         if episode.num_turns >= 3:
             break
     assert episode.num_turns >= 3

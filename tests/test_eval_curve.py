@@ -57,7 +57,11 @@ def test_the_command_line_prints_each_point_and_the_curve_as_logged_and_plots_it
     run = tmp_path / "r"
     first, second = rows(run)
     assert len(calls) == 3  # base, after the warm-up, step 2
-    for label, prefix, row in (("base", "eval/base_", first), ("after warm-up", "eval/warmup_", first), ("step 2", "eval/", second)):
+    for label, prefix, row in (
+        ("base", "eval/base_", first),
+        ("after warm-up", "eval/warmup_", first),
+        ("step 2", "eval/", second),
+    ):
         logged = (row[f"{prefix}success"], row[f"{prefix}success_low"], row[f"{prefix}success_high"])
         assert printed(out, label) == [tuple(round(x, 3) for x in logged)], label  # printed once, as logged
         assert 0 <= logged[1] <= logged[0] <= logged[2] <= 1 and logged[2] - logged[1] > 0.3  # 4 games: a wide interval
@@ -77,7 +81,9 @@ def test_the_command_line_prints_each_point_and_the_curve_as_logged_and_plots_it
 
 def test_a_resumed_run_does_not_score_its_start_again(tmp_path, monkeypatch):
     calls = count_evaluations(monkeypatch)
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="r", eval_every=1, eval_games=2, max_steps=1, num_env=4, batch_size=8)
+    config = make_config(
+        "laptop", log_dir=str(tmp_path), run_name="r", eval_every=1, eval_games=2, max_steps=1, num_env=4, batch_size=8
+    )
     with Trainer(config, progress=False) as trainer:
         trainer.run()
     first = rows(tmp_path / "r")[0]
@@ -92,15 +98,37 @@ def test_a_resumed_run_does_not_score_its_start_again(tmp_path, monkeypatch):
 
 def test_eval_base_false_and_no_warm_up_score_only_the_steps(tmp_path, monkeypatch):
     calls = count_evaluations(monkeypatch)
-    config = make_config("laptop", log_dir=str(tmp_path), eval_every=1, eval_games=2, eval_base=False, max_steps=1, num_env=4, batch_size=8)
+    config = make_config(
+        "laptop",
+        log_dir=str(tmp_path),
+        eval_every=1,
+        eval_games=2,
+        eval_base=False,
+        max_steps=1,
+        num_env=4,
+        batch_size=8,
+    )
     with Trainer(config, progress=False) as trainer:
         row = trainer.step()
-    assert len(calls) == 1 and "eval/success" in row and not any(key.startswith(("eval/base_", "eval/warmup_")) for key in row)
+    assert (
+        len(calls) == 1
+        and "eval/success" in row
+        and not any(key.startswith(("eval/base_", "eval/warmup_")) for key in row)
+    )
 
 
 def test_a_warm_up_of_your_own_is_yours_to_score(tmp_path, monkeypatch):
     calls = count_evaluations(monkeypatch)
-    config = make_config("laptop", log_dir=str(tmp_path), eval_every=1, eval_games=2, warmup_steps=1, max_steps=1, num_env=4, batch_size=8)
+    config = make_config(
+        "laptop",
+        log_dir=str(tmp_path),
+        eval_every=1,
+        eval_games=2,
+        warmup_steps=1,
+        max_steps=1,
+        num_env=4,
+        batch_size=8,
+    )
     with Trainer(config, progress=False) as trainer:
         result = trainer.evaluate_start("base")
         trainer.warmup()  # scored after it by the caller, or not at all: never a second time behind its back
@@ -129,8 +157,14 @@ def test_points_read_from_a_table_skip_missing_cells_and_describe_as_one_line():
 @pytest.mark.parametrize(
     "fields, name",
     [
-        ({"env_id": "rg:sums-1digit-train", "eval_env_id": "rg:sums-1digit-test", "temperature": 1.0}, "held-out rg:sums-1digit-test (64 problems, sampled)"),
-        ({"env_id": "game:GuessTheNumber-v0-easy", "eval_env_id": None, "temperature": 0.0}, "fixed set of game:GuessTheNumber-v0-easy (64 games, greedy)"),
+        (
+            {"env_id": "rg:sums-1digit-train", "eval_env_id": "rg:sums-1digit-test", "temperature": 1.0},
+            "held-out rg:sums-1digit-test (64 problems, sampled)",
+        ),
+        (
+            {"env_id": "game:GuessTheNumber-v0-easy", "eval_env_id": None, "temperature": 0.0},
+            "fixed set of game:GuessTheNumber-v0-easy (64 games, greedy)",
+        ),
     ],
 )
 def test_the_evaluation_set_is_named_held_out_only_when_it_is(fields, name):
@@ -138,7 +172,13 @@ def test_the_evaluation_set_is_named_held_out_only_when_it_is(fields, name):
 
 
 def test_a_run_without_a_warm_up_starts_its_curve_at_the_base(tmp_path):
-    training = {"sampler/success_rate": 0.2, "sampler/episode_return": 0.1, "sampler/token_entropy": 1.0, "train/kl_sample_train_v1": 0.0, "train/kl_sample_train_v2": 0.0}
+    training = {
+        "sampler/success_rate": 0.2,
+        "sampler/episode_return": 0.1,
+        "sampler/token_entropy": 1.0,
+        "train/kl_sample_train_v1": 0.0,
+        "train/kl_sample_train_v2": 0.0,
+    }
     metrics = [
         {"step": 0, **training, "eval/base_success": 0.1, "eval/base_success_low": 0.0, "eval/base_success_high": 0.3},
         {"step": 1, **training, "eval/success": 0.5, "eval/success_low": 0.3, "eval/success_high": 0.7},

@@ -36,7 +36,12 @@ def test_same_weights_same_result(tmp_path):
 
     def run():
         return asyncio.run(
-            evaluate_async(sampler, Prompting(training.get_tokenizer(), get_template("qwen3_game"), max_tokens=8), env_id=ENV, num_games=8)
+            evaluate_async(
+                sampler,
+                Prompting(training.get_tokenizer(), get_template("qwen3_game"), max_tokens=8),
+                env_id=ENV,
+                num_games=8,
+            )
         )
 
     first, second = run(), run()
@@ -55,7 +60,12 @@ def test_a_trainer_plays_the_same_set_and_keeps_the_games(tmp_path):
         assert bar.n == 6  # one tick a game
     sampler = trainer.training_client.save_weights_and_get_sampling_client().result()
     direct = asyncio.run(
-        evaluate_async(sampler, Prompting(trainer.tokenizer, trainer.template, config.max_tokens), env_id=config.env_id, num_games=6)
+        evaluate_async(
+            sampler,
+            Prompting(trainer.tokenizer, trainer.template, config.max_tokens),
+            env_id=config.env_id,
+            num_games=6,
+        )
     )
     trainer.close()
     assert result.wins == direct.wins and result.returns == direct.returns
@@ -70,7 +80,12 @@ def test_a_trainer_can_be_scored_greedily(tmp_path):
         sampled = evaluate_trainer(trainer, 6)
         sampler = trainer.training_client.save_weights_and_get_sampling_client().result()
         direct = asyncio.run(
-            evaluate_async(sampler, Prompting(trainer.tokenizer, trainer.template, config.max_tokens, temperature=0.0), env_id=config.env_id, num_games=6)
+            evaluate_async(
+                sampler,
+                Prompting(trainer.tokenizer, trainer.template, config.max_tokens, temperature=0.0),
+                env_id=config.env_id,
+                num_games=6,
+            )
         )
 
     def actions(result):
@@ -82,22 +97,37 @@ def test_a_trainer_can_be_scored_greedily(tmp_path):
 
 def test_a_trainer_evaluates_every_n_steps_on_its_evaluation_env(tmp_path):
     config = make_config(  # trains on 1-10, scored on 1-20: returns that tell the two sets (and weights) apart
-        "laptop", log_dir=str(tmp_path), run_name="every", eval_env_id="game:GuessTheNumber-v0-1to20", eval_every=2, eval_games=6,
+        "laptop", log_dir=str(tmp_path), run_name="every", eval_env_id="game:GuessTheNumber-v0-1to20", eval_every=2,
+        eval_games=6,
         max_steps=2, num_env=4, batch_size=8,
     )  # fmt: skip
     with Trainer(config, progress=False) as trainer:
         first, second = trainer.step(), trainer.step()
-        direct = trainer.run_on_loop(evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, config))  # played again
-    assert "eval/success" not in first and "eval/base_success" in first  # step 1 is not due; the base was scored before it
+        direct = trainer.run_on_loop(
+            evaluate_client(trainer.training_client, trainer.tokenizer, trainer.template, config)
+        )  # played again
+    # step 1 is not due; the base was scored before it
+    assert "eval/success" not in first and "eval/base_success" in first
     assert second["eval/return"] == sum(direct.returns) / 6 and second["eval/success"] == direct.success
-    assert second["eval/success_low"] <= second["eval/success"] <= second["eval/success_high"] and second["time/eval"] > 0
+    assert (
+        second["eval/success_low"] <= second["eval/success"] <= second["eval/success_high"] and second["time/eval"] > 0
+    )
     assert all("between 1 and 20" in e.transitions[0].observation for e in direct.episodes)
 
 
 def test_the_trainer_keeps_its_own_evaluation_of_the_current_weights(tmp_path):
     """Notebook 11 shows the score of the weights after its last step, which the Trainer has just
     made (``eval_every``): ``last_evaluation`` holds it until a step changes the weights."""
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="own", eval_every=2, eval_games=6, max_steps=3, num_env=4, batch_size=8)
+    config = make_config(
+        "laptop",
+        log_dir=str(tmp_path),
+        run_name="own",
+        eval_every=2,
+        eval_games=6,
+        max_steps=3,
+        num_env=4,
+        batch_size=8,
+    )
     with Trainer(config, progress=False) as trainer:
         trainer.step()
         assert trainer.last_evaluation is None  # the base was scored, then the weights changed; step 1 is not due
@@ -111,10 +141,18 @@ def test_the_trainer_keeps_its_own_evaluation_of_the_current_weights(tmp_path):
 
 
 def test_the_held_out_split_is_what_the_evaluation_plays(tmp_path):
-    config = make_config("laptop", log_dir=str(tmp_path), env_id="rg:sums-1digit-train", eval_env_id="rg:sums-1digit-test", template="qwen3_general")
+    config = make_config(
+        "laptop",
+        log_dir=str(tmp_path),
+        env_id="rg:sums-1digit-train",
+        eval_env_id="rg:sums-1digit-test",
+        template="qwen3_general",
+    )
     with Trainer(config, progress=False) as trainer:
         result = evaluate_trainer(trainer, 64)
-    assert sorted(e.transitions[0].observation.strip() for e in result.episodes) == sorted(i["question"] for i in _test_side())
+    assert sorted(e.transitions[0].observation.strip() for e in result.episodes) == sorted(
+        i["question"] for i in _test_side()
+    )
 
 
 def test_a_failed_evaluation_is_a_warning_and_the_step_is_kept(tmp_path, monkeypatch):
@@ -126,11 +164,14 @@ def test_a_failed_evaluation_is_a_warning_and_the_step_is_kept(tmp_path, monkeyp
         raise RuntimeError("sampler gone")
 
     monkeypatch.setattr(gemlab.trainer, "evaluate_client", broken)
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="broken", eval_every=1, max_steps=1, num_env=4, batch_size=8)
+    config = make_config(
+        "laptop", log_dir=str(tmp_path), run_name="broken", eval_every=1, max_steps=1, num_env=4, batch_size=8
+    )
     with Trainer(config, progress=False) as trainer:
         with pytest.warns(UserWarning, match="the evaluation failed.*sampler gone") as caught:
             metrics = trainer.step()
-        assert any(str(w.message).startswith("the base evaluation failed") for w in caught)  # the start's, before step 0
+        # the start's, before step 0
+        assert any(str(w.message).startswith("the base evaluation failed") for w in caught)
         assert trainer.step_index == 1 and trainer.consistent and not any(key.startswith("eval/") for key in metrics)
     assert (tmp_path / "broken" / "metrics.jsonl").read_text().count("\n") == 1
 

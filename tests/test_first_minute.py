@@ -18,17 +18,27 @@ from gemlab.model_names import QWEN3_4B_INSTRUCT, TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 # the local backend's package is light to import (its names load on first use); its models and clients are not
-MODEL = ("torch", "transformers", "peft", "tinker", "tinker_emulator.models", "tinker_emulator.service_client")  # what a model needs
+# what a model needs
+MODEL = ("torch", "transformers", "peft", "tinker", "tinker_emulator.models", "tinker_emulator.service_client")
 HEAVY = (*MODEL, "gem", "reasoning_gym", "matplotlib", "pandas")
 
 # (arguments to python -m, how a line of the answer starts, exit status)
 FAST = [
     (["gemlab.train", "--help"], "usage: python -m gemlab.train", 0),
     (["gemlab.train", "learnig_rate=0.1"], "gemlab.train: unknown key 'learnig_rate'", 2),
-    (["gemlab.train", "preset=laptop", "learning_rate=-1"], "gemlab.train: learning_rate must be a positive number, got -1.0", 2),
+    (
+        ["gemlab.train", "preset=laptop", "learning_rate=-1"],
+        "gemlab.train: learning_rate must be a positive number, got -1.0",
+        2,
+    ),
     (["gemlab.train", "preset=big"], "gemlab.train: Unknown preset 'big'. Known presets: gem, laptop", 2),
     (["gemlab.train", "max_steps=often"], "gemlab.train: max_steps must be an integer, got 'often'", 2),
-    (["gemlab.train"], f"gemlab.train: {QWEN3_4B_INSTRUCT} is a Tinker model: set TINKER_API_KEY for Tinker, or use preset=laptop to train here", 2),
+    (
+        ["gemlab.train"],
+        f"gemlab.train: {QWEN3_4B_INSTRUCT} is a Tinker model: set TINKER_API_KEY for Tinker, or use "
+        "preset=laptop to train here",
+        2,
+    ),
     (["gemlab.doctor", "--help"], "usage: python -m gemlab.doctor", 0),
     (["gemlab.doctor", "--steps", "0"], "python -m gemlab.doctor: error: --steps must be at least 1, got 0", 2),
     (["gemlab"], "gemlab's commands (each takes --help):", 0),
@@ -46,7 +56,9 @@ def _run_measured(args: list[str], tmp_path: Path) -> tuple[int, str, float]:
     from ``os.wait4``: what it computed, whatever else the machine is doing)."""
     out = tmp_path / "out.txt"
     with out.open("w") as sink:
-        child = subprocess.Popen([sys.executable, "-m", *args], stdout=sink, stderr=subprocess.STDOUT, env=_environment(), cwd=tmp_path)
+        child = subprocess.Popen(
+            [sys.executable, "-m", *args], stdout=sink, stderr=subprocess.STDOUT, env=_environment(), cwd=tmp_path
+        )
         _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
     return child.returncode, out.read_text(), usage.ru_utime + usage.ru_stime
@@ -132,7 +144,15 @@ def test_python_m_gemlab_lists_every_command() -> None:
             assert (ROOT / words[1]).is_file(), command
         assert what
     named = " ".join(command for command, _ in COMMANDS)
-    for name in ("gemlab.train", "gemlab.doctor", "gemlab.openai_endpoint", "reproduce_gem.py", "gemlab.atropos", "gemlab.cookbook", "gemlab.tiny"):
+    for name in (
+        "gemlab.train",
+        "gemlab.doctor",
+        "gemlab.openai_endpoint",
+        "reproduce_gem.py",
+        "gemlab.atropos",
+        "gemlab.cookbook",
+        "gemlab.tiny",
+    ):
         assert name in named
 
 
@@ -150,22 +170,36 @@ def test_an_address_space_too_small_to_load_is_one_line(tmp_path: Path, megabyte
     14-59-line traceback (``MemoryError``, ``failed to map segment from shared object``), or at 400 MB in
     PyTorch's C++ abort (the doctor); now both refuse it before loading."""
     argv = [sys.executable, "-m", "gemlab.train", "preset=laptop", "max_steps=1", f"log_dir={tmp_path}"]
-    result = subprocess.run(argv, capture_output=True, text=True, env=_environment(), cwd=tmp_path, preexec_fn=_limited(megabytes))
+    result = subprocess.run(
+        argv, capture_output=True, text=True, env=_environment(), cwd=tmp_path, preexec_fn=_limited(megabytes)
+    )
     assert result.returncode == 1, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(
-        f"gemlab.train: out of memory before loading: this process may use {megabytes * 2**20 / 1e9:.1f} GB of address space (ulimit -v)"
+        f"gemlab.train: out of memory before loading: this process may use {megabytes * 2**20 / 1e9:.1f} "
+        "GB of address space (ulimit -v)"
     ), result.stderr
-    assert "a gemlab/tiny run needs about 1.2 GB" in result.stderr and result.stderr.endswith("; raise the limit, then rerun\n")
+    assert "a gemlab/tiny run needs about 1.2 GB" in result.stderr and result.stderr.endswith(
+        "; raise the limit, then rerun\n"
+    )
     doctor_argv = [sys.executable, "-m", "gemlab.doctor", "--steps", "1"]
-    doctor = subprocess.run(doctor_argv, capture_output=True, text=True, env=_environment(), cwd=tmp_path, preexec_fn=_limited(megabytes))
+    doctor = subprocess.run(
+        doctor_argv, capture_output=True, text=True, env=_environment(), cwd=tmp_path, preexec_fn=_limited(megabytes)
+    )
     assert doctor.returncode == 1 and doctor.stderr == "", doctor.stderr
-    assert "problem: out of memory before loading: " in doctor.stdout and "(SmolLM2's files and the laptop steps were not checked)" in doctor.stdout
+    assert (
+        "problem: out of memory before loading: " in doctor.stdout
+        and "(SmolLM2's files and the laptop steps were not checked)" in doctor.stdout
+    )
 
 
 @pytest.mark.parametrize(
     "error",
-    [MemoryError(), OSError(12, "Cannot allocate memory"), ImportError("libtorch_cpu.so: failed to map segment from shared object")],
+    [
+        MemoryError(),
+        OSError(12, "Cannot allocate memory"),
+        ImportError("libtorch_cpu.so: failed to map segment from shared object"),
+    ],
 )
 def test_the_shapes_of_out_of_memory_while_loading_are_known(error: BaseException) -> None:
     """What ``python -m`` answers when loading fails above that limit, or under another one (a cgroup)."""
@@ -176,7 +210,9 @@ def test_the_shapes_of_out_of_memory_while_loading_are_known(error: BaseExceptio
 
     assert ran_out_of_memory(error)
     assert run("gemlab.x", failing) == 1
-    assert not ran_out_of_memory(ImportError("No module named 'gem'")) and not ran_out_of_memory(OSError(2, "No such file"))
+    assert not ran_out_of_memory(ImportError("No module named 'gem'")) and not ran_out_of_memory(
+        OSError(2, "No such file")
+    )
     with pytest.raises(ImportError):
         run("gemlab.x", lambda: (_ for _ in ()).throw(ImportError("No module named 'gem'")))
 

@@ -21,7 +21,13 @@ SHARED = dict(batch_size=32, num_env=8, max_steps=3)
 
 
 def _run(args: list[str], tmp_path: Path) -> None:
-    env = {**os.environ, "GEMLAB_THREADS": "1", "PYTHONPATH": str(ROOT), "TINKER_API_KEY": "", "GEMLAB_LOCAL_DIR": str(tmp_path / "local")}
+    env = {
+        **os.environ,
+        "GEMLAB_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "TINKER_API_KEY": "",
+        "GEMLAB_LOCAL_DIR": str(tmp_path / "local"),
+    }
     result = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
 
@@ -31,7 +37,10 @@ def test_reference_loop_metrics_equal_the_trainers(tmp_path: Path) -> None:
     _run(["-m", "gemlab.train", "preset=laptop", *shared, f"log_dir={tmp_path}", "run_name=trainer"], tmp_path)
     example = tmp_path / "example.jsonl"
     laptop = ["model_name=gemlab/tiny", "learning_rate=0.002", "max_tokens=8"]  # the laptop preset's values
-    _run(["-m", "tinker_emulator", "examples/gem_loop.py", *laptop, *shared, "save_every=0", f"metrics={example}"], tmp_path)
+    _run(
+        ["-m", "tinker_emulator", "examples/gem_loop.py", *laptop, *shared, "save_every=0", f"metrics={example}"],
+        tmp_path,
+    )
     trainer = [json.loads(line) for line in (tmp_path / "trainer" / "metrics.jsonl").read_text().splitlines()]
     loop = [json.loads(line) for line in example.read_text().splitlines()]
     assert len(loop) == len(trainer) == SHARED["max_steps"]

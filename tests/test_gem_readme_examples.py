@@ -26,19 +26,32 @@ from tests.helpers import gem_train
 # (rg:simple_equations, also the README's reasoning-gym example for tinker-cookbook).
 README = {
     "math": "model_name=Qwen/Qwen3-8B-Base env_id=math:DeepScaleR40K num_env=128 max_tokens=8192",
-    "math_python_tool": "env_id=math:Math12K num_env=128 max_tokens=2048 template=no model_name=meta-llama/Llama-3.1-8B-Instruct "
+    "math_python_tool": "env_id=math:Math12K num_env=128 max_tokens=2048 template=no "
+    "model_name=meta-llama/Llama-3.1-8B-Instruct "
     "env_wrappers=python_tool_no_int_reward_last_line_error,concat_chat gamma=1",
-    "sudoku": "model_name=Qwen/Qwen3-8B-Base num_env=64 env_id=game:Sudoku-v0-easy max_tokens=1024 template=qwen3_game model_name=Qwen/Qwen3-8B-Base env_wrappers=concat",
+    "sudoku": "model_name=Qwen/Qwen3-8B-Base num_env=64 env_id=game:Sudoku-v0-easy max_tokens=1024 "
+    "template=qwen3_game model_name=Qwen/Qwen3-8B-Base env_wrappers=concat",
     "simple_equations": "env_id=rg:simple_equations model_name=Qwen/Qwen3-8B-Base",
 }
 SMALL = {"num_env": "4", "max_tokens": "32"}  # replaced where the command sets them
 EXTRA = ["batch_size=4", "max_steps=2"]  # the script's defaults are 128 transitions a step, 200 steps
 OFFLINE = {"math:DeepScaleR40K": OFFLINE_MATH, "math:Math12K": OFFLINE_MATH}  # hub data sets -> made here
-METRICS = {"step", "sampler/episode_return", "sampler/num_episodes", "sampler/token_entropy", "train/kl_sample_train_v1", "train/loss:sum"}
+METRICS = {
+    "step",
+    "sampler/episode_return",
+    "sampler/num_episodes",
+    "sampler/token_entropy",
+    "train/kl_sample_train_v1",
+    "train/loss:sum",
+}
 # what each run's printed episodes must show: its env's text, its template's or its wrappers'
 SHOWN = {
     "math": ["<|im_start|>user\nQuestion: ", "Give the result as your final answer"],
-    "math_python_tool": ["<|im_start|>user\n", "wrapped within <python>...</python> tags", "Return your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant"],
+    "math_python_tool": [
+        "<|im_start|>user\n",
+        "wrapped within <python>...</python> tags",
+        "Return your final answer within \\boxed{}.<|im_end|>\n<|im_start|>assistant",
+    ],
     "sudoku": ["Make valid actions to win.\nObservation: You are playing A simple version of Sudoku."],
     "simple_equations": ["<|im_start|>user\nQuestion: "],
 }
@@ -54,9 +67,15 @@ def small_offline(command: str) -> list[str]:
 
 
 def run_example(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """``python -m tinker_emulator --import gemlab.envs tinker_train.py ARGS`` with no hub, no wandb and no Tinker key, in ``tmp_path``
+    """``python -m tinker_emulator --import gemlab.envs tinker_train.py ARGS`` with no hub, no wandb and no Tinker key,
+    in ``tmp_path``
     (GEM's script writes ./tinker_output); it must succeed."""
-    environment = {**os.environ, **gem_train.ENV, "TINKER_API_KEY": "", "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints")}
+    environment = {
+        **os.environ,
+        **gem_train.ENV,
+        "TINKER_API_KEY": "",
+        "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"),
+    }
     environment.pop("GEMLAB_LOCAL_MODEL", None)
     done = subprocess.run(
         # gemlab's envs registered first (math:GSMSymbolic): the emulator, its own package, imports no gemlab
@@ -69,8 +88,15 @@ def run_example(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 def test_the_commands_are_made_small_and_offline() -> None:
     assert small_offline(README["math_python_tool"]) == [
-        f"env_id={OFFLINE_MATH}", "num_env=4", "max_tokens=32", "template=no", "model_name=meta-llama/Llama-3.1-8B-Instruct",
-        "env_wrappers=python_tool_no_int_reward_last_line_error,concat_chat", "gamma=1", "batch_size=4", "max_steps=2",
+        f"env_id={OFFLINE_MATH}",
+        "num_env=4",
+        "max_tokens=32",
+        "template=no",
+        "model_name=meta-llama/Llama-3.1-8B-Instruct",
+        "env_wrappers=python_tool_no_int_reward_last_line_error,concat_chat",
+        "gamma=1",
+        "batch_size=4",
+        "max_steps=2",
     ]
 
 

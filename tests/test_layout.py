@@ -55,7 +55,10 @@ def import_graph(packages: tuple[Path, ...] = (PACKAGE, EMULATOR)) -> dict[str, 
     files = sorted(path for package in packages for path in package.rglob("*.py"))
     names = {path: module_name(path) for path in files}
     modules = set(names.values())
-    return {names[path]: imported_modules(path.read_text(), names[path], path.name == "__init__.py", modules) for path in files}
+    return {
+        names[path]: imported_modules(path.read_text(), names[path], path.name == "__init__.py", modules)
+        for path in files
+    }
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -114,7 +117,9 @@ def test_circles_are_found() -> None:
 
 def test_no_import_circles_in_gemlab_or_the_emulator() -> None:
     found = circles(module_graph())
-    assert not found, "import circles in gemlab/ or tinker_emulator/: " + "; ".join(" <-> ".join(group) for group in found)
+    assert not found, "import circles in gemlab/ or tinker_emulator/: " + "; ".join(
+        " <-> ".join(group) for group in found
+    )
 
 
 def test_the_emulator_stands_alone() -> None:
@@ -135,8 +140,19 @@ def roles(package: Path = PACKAGE) -> set[str]:
 
 def test_the_pipeline_imports_no_role() -> None:
     folders = roles()
-    assert {"gemlab.studies", "gemlab.openai_endpoint", "gemlab.atropos", "gemlab.notebook", "gemlab.lab", "gemlab.tiny"} <= folders
-    pipeline = {name: targets for name, targets in import_graph().items() if name.startswith("gemlab.") and name.count(".") == 1 and name not in folders}
+    assert {
+        "gemlab.studies",
+        "gemlab.openai_endpoint",
+        "gemlab.atropos",
+        "gemlab.notebook",
+        "gemlab.lab",
+        "gemlab.tiny",
+    } <= folders
+    pipeline = {
+        name: targets
+        for name, targets in import_graph().items()
+        if name.startswith("gemlab.") and name.count(".") == 1 and name not in folders
+    }
     assert "gemlab.step" in pipeline and "gemlab.envs" in pipeline
     upward = {
         f"{name} imports {target}"
@@ -144,7 +160,9 @@ def test_the_pipeline_imports_no_role() -> None:
         for target in targets
         if any(target == role or target.startswith(role + ".") for role in folders)
     }
-    assert not upward, "the pipeline must not import a role (move the code down into the pipeline): " + "; ".join(sorted(upward))
+    assert not upward, "the pipeline must not import a role (move the code down into the pipeline): " + "; ".join(
+        sorted(upward)
+    )
 
 
 def test_no_test_module_imports_another() -> None:
@@ -153,8 +171,16 @@ def test_no_test_module_imports_another() -> None:
     found = set()
     for path in sorted(tests.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            found |= {f"{path.relative_to(tests)} imports {n}" for n in names if n.rpartition(".")[2].startswith("test_")}
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            found |= {
+                f"{path.relative_to(tests)} imports {n}" for n in names if n.rpartition(".")[2].startswith("test_")
+            }
     assert not found, "move shared test code to tests/helpers/: " + "; ".join(sorted(found))
 
 
@@ -189,19 +215,35 @@ def test_scripts_import_nothing_from_the_tests() -> None:
     """Benchmarks, experiment drivers and examples run from an install: they import the packages
     (gemlab, tinker_emulator) and libraries, never ``tests``."""
     root = PACKAGE.parent
-    scripts = sorted([*(root / "benchmarks").glob("*.py"), *(root / "research" / "experiments").glob("*.py"), *(root / "examples").glob("*.py")])
+    scripts = sorted(
+        [
+            *(root / "benchmarks").glob("*.py"),
+            *(root / "research" / "experiments").glob("*.py"),
+            *(root / "examples").glob("*.py"),
+        ]
+    )
     assert len(scripts) > 10
     found = set()
     for path in scripts:
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             found |= {f"{path.relative_to(root)} imports {n}" for n in names if n == "tests" or n.startswith("tests.")}
     assert not found, "move what a script needs out of tests/: " + "; ".join(sorted(found))
 
 
 def string_literals(source: str) -> set[str]:
     """Every string constant in ``source``."""
-    return {node.value for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    return {
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
 
 
 def test_data_holds_only_what_is_read() -> None:
@@ -209,7 +251,11 @@ def test_data_holds_only_what_is_read() -> None:
     ``data/<name>``, as a string in a code cell or a .py file); runs that only the research notes
     cite belong in research/data/."""
     root = PACKAGE.parent
-    sources = [path.read_text() for folder in ("gemlab", "tinker_emulator", "tests", "benchmarks", "examples") for path in (root / folder).rglob("*.py")]
+    sources = [
+        path.read_text()
+        for folder in ("gemlab", "tinker_emulator", "tests", "benchmarks", "examples")
+        for path in (root / folder).rglob("*.py")
+    ]
     sources += [
         "".join(cell["source"])
         for notebook in sorted((root / "notebooks").glob("*.ipynb"))
@@ -240,7 +286,9 @@ def test_notebooks_show_only_images_of_the_kit() -> None:
         for cell in json.loads(notebook.read_text())["cells"]:
             for a, b in MARKDOWN_IMAGE.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []:
                 image = (notebook.parent / (a or b)).resolve()
-                if not image.is_file() or not (image.is_relative_to(root / "notebooks") or image.is_relative_to(root / "data")):
+                if not image.is_file() or not (
+                    image.is_relative_to(root / "notebooks") or image.is_relative_to(root / "data")
+                ):
                     wrong.append(f"{notebook.name}: {a or b}")
     assert not wrong, "notebooks show images under notebooks/ or data/: " + "; ".join(wrong)
 
@@ -249,7 +297,11 @@ def code_strings(source: str) -> list[ast.Constant]:
     """The string constants of ``source`` that are not docstrings (or other bare string statements)."""
     tree = ast.parse(source)
     bare = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare]
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in bare
+    ]
 
 
 def test_model_names_and_env_ids_come_from_their_registries() -> None:
@@ -258,7 +310,9 @@ def test_model_names_and_env_ids_come_from_their_registries() -> None:
     from gemlab import env_ids, model_names
 
     registries = {
-        "model_names.py": {value for name, value in vars(model_names).items() if name.isupper() and isinstance(value, str)},
+        "model_names.py": {
+            value for name, value in vars(model_names).items() if name.isupper() and isinstance(value, str)
+        },
         "env_ids.py": {value for name, value in vars(env_ids).items() if name.isupper() and isinstance(value, str)},
     }
     assert model_names.SMOLLM2 in registries["model_names.py"] and env_ids.GUESS_EASY in registries["env_ids.py"]
@@ -277,19 +331,35 @@ def reads_of_gemlab(source: str) -> list[str]:
     strings such as ``"gemlab/tiny/assets/models.json"`` (a model name, ``gemlab/tiny``, is no path)."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant) and node.right.value == "gemlab":
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and isinstance(node.right, ast.Constant)
+            and node.right.value == "gemlab"
+        ):
             if "__file__" in ast.unparse(node.left):
                 found.append(ast.unparse(node))
-    found += [node.value for node in code_strings(source) if node.value.startswith("gemlab/") and (node.value.count("/") > 1 or "." in node.value)]
+    found += [
+        node.value
+        for node in code_strings(source)
+        if node.value.startswith("gemlab/") and (node.value.count("/") > 1 or "." in node.value)
+    ]
     return found
 
 
 def test_reads_of_gemlab_are_found() -> None:
-    source = 'A = Path(__file__).parent.parent / "gemlab" / "tiny"\nB = Path.home() / ".cache" / "gemlab"\nC = "gemlab/tiny-chat"\nD = "gemlab/x/models.json"\n'
+    source = (
+        'A = Path(__file__).parent.parent / "gemlab" / "tiny"\nB = Path.home() / ".cache" / "gemlab"\nC = '
+        '"gemlab/tiny-chat"\nD = "gemlab/x/models.json"\n'
+    )
     assert reads_of_gemlab(source) == ["Path(__file__).parent.parent / 'gemlab'", "gemlab/x/models.json"]
 
 
 def test_the_emulator_reads_no_file_of_gemlab() -> None:
     """Beyond imports: the emulator opens nothing of gemlab's by path (its model catalogue is its own)."""
-    found = {f"{path.relative_to(PACKAGE.parent)}: {read}" for path in sorted(EMULATOR.rglob("*.py")) for read in reads_of_gemlab(path.read_text())}
+    found = {
+        f"{path.relative_to(PACKAGE.parent)}: {read}"
+        for path in sorted(EMULATOR.rglob("*.py"))
+        for read in reads_of_gemlab(path.read_text())
+    }
     assert not found, found

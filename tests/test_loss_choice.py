@@ -8,7 +8,14 @@ from gemlab.train import main
 
 
 def test_the_command_line_trains_with_ppo_and_says_so(tmp_path, capsys):
-    args = ["preset=laptop", "loss_fn=ppo", "loss_fn_config.clip_low_threshold=0.7", "max_steps=2", "batch_size=8", "num_env=4"]
+    args = [
+        "preset=laptop",
+        "loss_fn=ppo",
+        "loss_fn_config.clip_low_threshold=0.7",
+        "max_steps=2",
+        "batch_size=8",
+        "num_env=4",
+    ]
     assert main([*args, f"log_dir={tmp_path}", "run_name=ppo"]) == 0
     out = capsys.readouterr().out
     assert "loss: ppo clip_low_threshold=0.7" in out

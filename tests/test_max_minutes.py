@@ -29,12 +29,16 @@ def _rows(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_max_minutes_stops_at_a_step_boundary_says_so_and_resumes(tmp_path: Path, fake_clock: None, capsys: pytest.CaptureFixture) -> None:
+def test_max_minutes_stops_at_a_step_boundary_says_so_and_resumes(
+    tmp_path: Path, fake_clock: None, capsys: pytest.CaptureFixture
+) -> None:
     config = make_config("laptop", **SMALL, max_steps=6, max_minutes=1, log_dir=str(tmp_path), run_name="r")
     with Trainer(config) as trainer:  # at 20, 40 s the next step fits in 60 s; at 60 s it does not
         trainer.run()
         assert trainer.step_index == 3
-        assert trainer.stopped_for_time.startswith("max_minutes=1: stopped after 3 of 6 steps, 1.0 minutes used (the next step takes about ")
+        assert trainer.stopped_for_time.startswith(
+            "max_minutes=1: stopped after 3 of 6 steps, 1.0 minutes used (the next step takes about "
+        )
         assert trainer.stopped_for_time.endswith("); run it again to resume")
     out = capsys.readouterr().out
     assert "max_minutes=1: stopped after 3 of 6 steps" in out
@@ -50,7 +54,9 @@ def test_max_minutes_stops_at_a_step_boundary_says_so_and_resumes(tmp_path: Path
 def test_the_final_evaluation_is_kept_time_for_and_played(tmp_path: Path, fake_clock: None) -> None:
     """With eval_every, stopping between evaluations plays the evaluation after the last step, so the
     run's curve ends at its final weights; the budget held back that evaluation's measured time."""
-    config = make_config("laptop", **SMALL, max_steps=8, max_minutes=1, eval_every=5, log_dir=str(tmp_path), run_name="r")
+    config = make_config(
+        "laptop", **SMALL, max_steps=8, max_minutes=1, eval_every=5, log_dir=str(tmp_path), run_name="r"
+    )
     with Trainer(config, progress=False) as trainer:
         trainer.run()
         assert trainer.step_index == 3
@@ -86,7 +92,9 @@ def test_every_real_model_preset_ends_within_30_minutes() -> None:
         assert make_config(name).max_minutes <= 30, name
 
 
-def test_the_command_line_estimates_the_duration_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_line_estimates_the_duration_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """From the doctor's calibration for a run that steps as the laptop preset does; else after the first step."""
     from gemlab.cli import duration
     from gemlab.doctor import laptop_step_estimate
@@ -94,7 +102,10 @@ def test_the_command_line_estimates_the_duration_before_it_starts(tmp_path: Path
 
     step_s, _ = laptop_step_estimate(make_config("laptop"))
     line = estimate(make_config("laptop", max_minutes=20), 40)
-    assert line.startswith(f"estimated time: about {duration(60 * step_s)} (60 steps x {step_s:.1f} s, the median laptop step of the doctor's calibration")
+    assert line.startswith(
+        f"estimated time: about {duration(60 * step_s)} (60 steps x {step_s:.1f} s, the median laptop step of "
+        "the doctor's calibration"
+    )
     assert line.endswith("; max_minutes=20 stops it sooner if need be")
     assert laptop_step_estimate(make_config("smollm2")) is None
     monkeypatch.delenv("TINKER_API_KEY", raising=False)

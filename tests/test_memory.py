@@ -36,7 +36,14 @@ def test_every_shape_of_out_of_memory_is_known() -> None:
         assert memory.is_out_of_memory(wrapped)  # raised from one: still memory
 
 
-@pytest.mark.parametrize("error", [RuntimeError("every episode of a rollout round failed"), OSError(errno.ENOSPC, "No space left on device"), ValueError("x")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("every episode of a rollout round failed"),
+        OSError(errno.ENOSPC, "No space left on device"),
+        ValueError("x"),
+    ],
+)
 def test_other_failures_are_not_memory(error: BaseException) -> None:
     assert not memory.is_out_of_memory(error)
 
@@ -44,11 +51,17 @@ def test_other_failures_are_not_memory(error: BaseException) -> None:
 def test_the_address_space_limit_is_what_this_process_may_use(monkeypatch) -> None:
     monkeypatch.setattr(resource, "getrlimit", lambda which: (3 * 2**30, resource.RLIM_INFINITY))
     monkeypatch.setattr(memory, "CGROUP_LIMIT", memory.Path("/no/such/file"))
-    assert memory.usable_gb() == (3 * 2**30 / 1e9, "ulimit -v, which counts address space reserved, not only memory used")
+    assert memory.usable_gb() == (
+        3 * 2**30 / 1e9,
+        "ulimit -v, which counts address space reserved, not only memory used",
+    )
 
 
 def test_a_run_needs_its_models_measured_peak() -> None:
     line = memory.out_of_memory("HuggingFaceTB/SmolLM2-135M-Instruct", "in step 3")
-    assert line.startswith("out of memory in step 3: a HuggingFaceTB/SmolLM2-135M-Instruct run needs about 3.1 GB (preset=smollm2 peaked at")
+    assert line.startswith(
+        "out of memory in step 3: a HuggingFaceTB/SmolLM2-135M-Instruct run needs about 3.1 GB (preset=smollm2 "
+        "peaked at"
+    )
     unmeasured = memory.run_need("acme/big")
     assert unmeasured.startswith("acme/big's need was not measured (measured peaks: gemlab/tiny: 1.2 GB; ")

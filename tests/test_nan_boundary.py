@@ -44,7 +44,9 @@ def test_non_finite_datum_is_refused_naming_it(training, logprobs, advantage, me
         training.forward_backward([policy_gradient_datum(PROMPT, ACTION, logprobs, advantage)], "importance_sampling")
 
 
-@pytest.mark.parametrize("field, value", [("learning_rate", math.nan), ("learning_rate", math.inf), ("eps", math.nan), ("beta1", 1.0)])
+@pytest.mark.parametrize(
+    "field, value", [("learning_rate", math.nan), ("learning_rate", math.inf), ("eps", math.nan), ("beta1", 1.0)]
+)
 def test_non_finite_adam_params_are_refused(training, field, value) -> None:
     params = types.AdamParams(**{"learning_rate": 1e-3, field: value})
     with pytest.raises(ValueError, match=f"AdamParams.{field}={value} is not allowed"):
@@ -52,10 +54,14 @@ def test_non_finite_adam_params_are_refused(training, field, value) -> None:
 
 
 def test_step_that_would_make_weights_non_finite_is_refused_and_undone(training) -> None:
-    training.forward_backward([policy_gradient_datum(PROMPT, ACTION, [-1.0, -1.0], 1.0)], "importance_sampling").result()
+    training.forward_backward(
+        [policy_gradient_datum(PROMPT, ACTION, [-1.0, -1.0], 1.0)], "importance_sampling"
+    ).result()
     training.optim_step(types.AdamParams(learning_rate=1e-3)).result()  # Adam state is non-zero from here
     before, state = _weights(training), json.dumps(str(training._optimizer.state_dict()["state"][0]["exp_avg"].sum()))
-    training.forward_backward([policy_gradient_datum(PROMPT, ACTION, [-1.0, -1.0], 1.0)], "importance_sampling").result()
+    training.forward_backward(
+        [policy_gradient_datum(PROMPT, ACTION, [-1.0, -1.0], 1.0)], "importance_sampling"
+    ).result()
     with pytest.raises(ValueError, match="would make the weights non-finite: refused"):
         training.optim_step(types.AdamParams(learning_rate=3e38)).result()
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(training), strict=True))
@@ -69,7 +75,9 @@ def test_nan_temperature_is_refused(service, training) -> None:
 
 
 def test_a_run_that_blows_up_stops_before_logging_or_saving(tmp_path) -> None:
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="boom", batch_size=32, num_env=8, save_every=1, learning_rate=1e30)
+    config = make_config(
+        "laptop", log_dir=str(tmp_path), run_name="boom", batch_size=32, num_env=8, save_every=1, learning_rate=1e30
+    )
     trainer = Trainer(config, progress=False)
     trainer.step()  # finite, but the weights are now huge
     with pytest.raises(TrainingDiverged, match="step 1 diverged: the sampler returned non-finite logprobs"):

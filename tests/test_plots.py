@@ -1,4 +1,5 @@
-"""Plots: a KL panel keeps float noise flat, legends say what each line is, seed means stay where every seed has data."""
+"""Plots: a KL panel keeps float noise flat, legends say what each line is, seed means stay where every seed has
+data."""
 
 import json
 import math
@@ -61,7 +62,10 @@ def test_seed_bands_leave_out_a_seed_without_a_value_at_a_step():
     import pandas as pd
 
     metric = "sampler/num_turns_per_won_episode"
-    seeds = [pd.DataFrame({"step": [0, 1, 2], metric: values}) for values in ([8.0, 7.0, 6.0], [6.0, 5.0, 4.0], [7.0, math.nan, math.nan])]
+    seeds = [
+        pd.DataFrame({"step": [0, 1, 2], metric: values})
+        for values in ([8.0, 7.0, 6.0], [6.0, 5.0, 4.0], [7.0, math.nan, math.nan])
+    ]
     ax = plots.plot_seed_bands({"arm": seeds}, metric, band="ci95")
     assert np.allclose(ax.lines[0].get_ydata(), [7.0, 6.0, 5.0])  # steps 1-2: the two seeds that won
     band = ax.collections[0].get_paths()[0].vertices[:, 1]
@@ -72,7 +76,9 @@ def test_wall_clock_mean_stops_where_the_first_run_stopped_and_averages_the_runs
     import pandas as pd
 
     def run(seconds, values):
-        return pd.DataFrame({"time/sample_start": [0.0] * len(values), "time/train_end": seconds, "sampler/success_rate": values})
+        return pd.DataFrame(
+            {"time/sample_start": [0.0] * len(values), "time/train_end": seconds, "sampler/success_rate": values}
+        )
 
     fast = run([1.0, 2.0, 3.0], [0.0, 0.2, 0.4])  # stops at 3 s
     slow = run([1.0, 3.0, 5.0, 7.0], [0.2, 0.6, 0.8, 1.0])

@@ -7,7 +7,16 @@ import pytest
 
 from gemlab.episodes import Episode, Transition
 from gemlab.config import make_config
-from gemlab.returns import ADVANTAGES, Estimator, advantages, batch_returns, center, discounted_returns, group_normalize, rebn
+from gemlab.returns import (
+    ADVANTAGES,
+    Estimator,
+    advantages,
+    batch_returns,
+    center,
+    discounted_returns,
+    group_normalize,
+    rebn,
+)
 
 
 def test_discounted_returns_three_turns_gamma_09():
@@ -77,7 +86,12 @@ def episode(rewards: list[float], group: tuple[int, int] | None = None, obs: lis
 
 
 def test_every_estimator_gives_one_advantage_per_transition_in_order():
-    batch = [episode([0.0, 1.0], (0, 0)), episode([0.0, 0.0, 0.5], (0, 0)), episode([1.0], (0, 1)), episode([0.0], (0, 1))]
+    batch = [
+        episode([0.0, 1.0], (0, 0)),
+        episode([0.0, 0.0, 0.5], (0, 0)),
+        episode([1.0], (0, 1)),
+        episode([0.0], (0, 1)),
+    ]
     returns = [0.5, 1.0, 0.125, 0.25, 0.5, 1.0, 0.0]  # gamma 0.5, episode by episode
     assert batch_returns(batch, 0.5) == returns
     assert advantages(batch, "none", 0.5) == returns
@@ -104,7 +118,9 @@ def test_advantages_refuse_an_unknown_method_and_grpo_without_groups():
 def test_a_new_estimator_that_needs_groups_gets_them_asked_for(monkeypatch):
     """The registry entry alone decides: an estimator declared ``needs_groups`` (RLOO, say) is refused
     without groups by the config and by ``advantages``, as GRPO is, with no name checked anywhere else."""
-    rloo = Estimator("leave-one-out", lambda episodes, gamma: [0.0 for e in episodes for _ in e.transitions], needs_groups=True)
+    rloo = Estimator(
+        "leave-one-out", lambda episodes, gamma: [0.0 for e in episodes for _ in e.transitions], needs_groups=True
+    )
     monkeypatch.setitem(ADVANTAGES, "rloo", rloo)
     with pytest.raises(ValueError, match="advantage='rloo' compares episodes of one problem: set group_size >= 2"):
         make_config("laptop", advantage="rloo")

@@ -28,7 +28,13 @@ from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, RunFolderError, re
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "GEMLAB_THREADS": "1", "PYTHONPATH": str(ROOT), "TINKER_API_KEY": ""}
 STEPS, EVERY = 12, 3
-FOREIGN = ["notes.txt", "checkpoints/run-x/weights/step000003-backup/w.bin", "checkpoints/mine/a.txt", ".notes.tmp-1", f"{RECORDS_DIR}/readme.txt"]
+FOREIGN = [
+    "notes.txt",
+    "checkpoints/run-x/weights/step000003-backup/w.bin",
+    "checkpoints/mine/a.txt",
+    ".notes.tmp-1",
+    f"{RECORDS_DIR}/readme.txt",
+]
 
 
 # ----- a run folder written through RunFolder, with stand-in checkpoints ----------------------
@@ -79,7 +85,9 @@ def _resume(run: Path, keep: int = 0) -> tuple[int, list[dict], RunFolder]:
 
 
 def _snapshot(run: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"
+    }
 
 
 def _checkpoint_steps(run: Path) -> list[int]:
@@ -139,7 +147,10 @@ def test_damage_that_cannot_be_recovered_is_refused_and_nothing_changes(tmp_path
         record.unlink()
     _damage(run / METRICS_FILE, "top")
     before = _snapshot(run)
-    with pytest.raises(RunFolderError, match=r"cannot resume .*step 12: the metrics rows up to it are damaged.*nothing was changed.*new run_name"):
+    with pytest.raises(
+        RunFolderError,
+        match=r"cannot resume .*step 12: the metrics rows up to it are damaged.*nothing was changed.*new run_name",
+    ):
         _resume(run)
     assert _snapshot(run) == before
 
@@ -203,7 +214,9 @@ def test_a_folder_that_is_not_a_gemlab_run_is_refused_unchanged(tmp_path: Path) 
     mine = tmp_path / "r"
     (mine / "photos").mkdir(parents=True)
     (mine / "photos" / "a.jpg").write_bytes(b"jpg")
-    with pytest.raises(RunFolderError, match=r"is not a gemlab run folder \(it holds photos\).*choose another run_name"):
+    with pytest.raises(
+        RunFolderError, match=r"is not a gemlab run folder \(it holds photos\).*choose another run_name"
+    ):
         RunFolder(str(tmp_path), "r").open()
     assert sorted(p.name for p in mine.rglob("*")) == ["a.jpg", "photos"]
 
@@ -252,7 +265,9 @@ def test_a_config_json_holding_a_list_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, reason", [('{"seed": 1', "cannot be read"), ("[1, 2]", "is not a gemlab config")])
-def test_reading_a_saved_run_with_a_damaged_config_is_one_line_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:
+def test_reading_a_saved_run_with_a_damaged_config_is_one_line_naming_the_file(
+    tmp_path: Path, text: str, reason: str
+) -> None:
     """The one reader of run folders (studies, the lab, the async benchmark) refuses in one line."""
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "config.json").write_text(text)
@@ -265,7 +280,13 @@ def test_reading_a_saved_run_with_a_damaged_config_is_one_line_naming_the_file(t
 
 def _mount_tmpfs(path: Path, options: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, check=False).returncode == 0
+    return (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
 
 
 def test_a_read_only_log_dir_is_one_line(tmp_path: Path) -> None:
@@ -281,7 +302,9 @@ def test_a_read_only_log_dir_is_one_line(tmp_path: Path) -> None:
 
 # ----- a Trainer -------------------------------------------------------------------------------
 def _config(log_dir: Path, **overrides) -> object:
-    return make_config("laptop", log_dir=str(log_dir), run_name="r", batch_size=16, num_env=8, **{"max_steps": 2, **overrides})
+    return make_config(
+        "laptop", log_dir=str(log_dir), run_name="r", batch_size=16, num_env=8, **{"max_steps": 2, **overrides}
+    )
 
 
 def test_step_after_close_is_one_line_not_a_hang(tmp_path: Path) -> None:
@@ -336,7 +359,17 @@ def test_the_issues_case_garbage_on_line_2_resumes_at_step_12(tmp_path: Path) ->
 
 # ----- real processes: a full disk, Ctrl-C while loading and while drawing, racing runners ------
 def _train(log_dir: Path, *extra: str, wait: bool = True):
-    command = [sys.executable, "-m", "gemlab.train", "preset=laptop", "batch_size=16", "num_env=8", f"log_dir={log_dir}", "run_name=r", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "gemlab.train",
+        "preset=laptop",
+        "batch_size=16",
+        "num_env=8",
+        f"log_dir={log_dir}",
+        "run_name=r",
+        *extra,
+    ]
     if not wait:
         return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False)
@@ -351,7 +384,10 @@ def test_a_full_disk_is_one_line_and_resumes_once_space_is_freed(tmp_path: Path)
         full = _train(disk, "max_steps=40", "save_every=1", "keep_checkpoints=0")
         assert full.returncode == 1, full.stderr
         assert "Traceback" not in full.stderr and "No space left on device" in full.stderr
-        assert full.stderr.strip().splitlines()[-1].startswith("gemlab.train: step ") and "resume with: python -m gemlab.train" in full.stderr
+        assert (
+            full.stderr.strip().splitlines()[-1].startswith("gemlab.train: step ")
+            and "resume with: python -m gemlab.train" in full.stderr
+        )
         saved = (disk / "r" / CHECKPOINTS_FILE).read_text().count("\n")
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
         again = _train(disk, "max_steps=40", "save_every=1", "keep_checkpoints=0")
@@ -375,7 +411,10 @@ def test_ctrl_c_while_loading_or_drawing_exits_130_in_one_line(tmp_path: Path, w
         for line in process.stdout:  # the run is done once "done:" would follow; plots start after close
             if line.startswith(marker):
                 break
-        while not (tmp_path / "r" / CHECKPOINTS_FILE).exists() or "\"step\": 2" not in (tmp_path / "r" / CHECKPOINTS_FILE).read_text():
+        while (
+            not (tmp_path / "r" / CHECKPOINTS_FILE).exists()
+            or "\"step\": 2" not in (tmp_path / "r" / CHECKPOINTS_FILE).read_text()
+        ):
             time.sleep(0.02)
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
@@ -407,7 +446,15 @@ except KeyboardInterrupt:
 def test_a_ctrl_c_landing_in_a_finalizer_is_delivered_not_lost() -> None:
     """CI caught it once: a SIGINT while the garbage collector ran a ``weakref.finalize`` printed a
     traceback and was dropped (Python cannot raise out of a finalizer), so the command went on."""
-    process = subprocess.run([sys.executable, "-c", LOST_IN_A_FINALIZER], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120, check=False)
+    process = subprocess.run(
+        [sys.executable, "-c", LOST_IN_A_FINALIZER],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert process.stdout.strip() == "the Ctrl-C reached the program", process.stdout + process.stderr
     assert "Traceback" not in process.stderr, process.stderr
 
@@ -432,7 +479,17 @@ except RunFolderError as error:
 
 @pytest.mark.slow
 def test_two_study_runners_on_one_folder_delete_nothing(tmp_path: Path) -> None:
-    runners = [subprocess.Popen([sys.executable, "-c", RACE, str(tmp_path)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    runners = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, str(tmp_path)],
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     results = [(r.wait(timeout=600), r.stderr.read()) for r in runners]
     for code, err in results:
         assert code in (0, 3), err
@@ -453,7 +510,11 @@ def test_export_run_keeps_the_record_and_refuses_a_folder_of_someone_elses(tmp_p
     run = _write_run(tmp_path / "runs")
     target = tmp_path / "data" / "kept"
     export_run(run, target, extra={"eval.json": "{}"})
-    assert sorted(p.name for p in target.iterdir() if not p.name.startswith(".")) == ["config.json", "eval.json", "metrics.jsonl"]
+    assert sorted(p.name for p in target.iterdir() if not p.name.startswith(".")) == [
+        "config.json",
+        "eval.json",
+        "metrics.jsonl",
+    ]
     assert (target / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
     export_run(run, target, extra={"eval.json": "{}"})  # an earlier export is replaced, not refused
     mine = tmp_path / "data" / "mine"

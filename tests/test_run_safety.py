@@ -28,8 +28,17 @@ ARGS = ["preset=laptop", *(f"{k}={v}" for k, v in SMALL.items())]
 ENV = {**os.environ, "GEMLAB_THREADS": "1", "PYTHONPATH": str(ROOT), "TINKER_API_KEY": ""}
 
 
-def _train(log_dir: Path, *extra: str, fault: str | None = None, wait: bool = True) -> subprocess.CompletedProcess | subprocess.Popen:
-    command = [sys.executable, *(["tests/helpers/faults.py", fault] if fault else ["-m", "gemlab.train"]), *ARGS, f"log_dir={log_dir}", "run_name=r", *extra]
+def _train(
+    log_dir: Path, *extra: str, fault: str | None = None, wait: bool = True
+) -> subprocess.CompletedProcess | subprocess.Popen:
+    command = [
+        sys.executable,
+        *(["tests/helpers/faults.py", fault] if fault else ["-m", "gemlab.train"]),
+        *ARGS,
+        f"log_dir={log_dir}",
+        "run_name=r",
+        *extra,
+    ]
     if not wait:
         return subprocess.Popen(command, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return subprocess.run(command, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
@@ -131,14 +140,18 @@ def _nothing_else_draws_from_global_random() -> None:
 
     threads = [t.name for t in threading.enumerate()]
     sdk = [name for name in threads if "_background_thread_func" in name]  # the tinker SDK's event loop
-    assert not sdk, f"an earlier test left a tinker SDK client running (its retries draw from the global random): {threads}"
+    assert not sdk, (
+        f"an earlier test left a tinker SDK client running (its retries draw from the global random): {threads}"
+    )
     before = random.getstate()
     time.sleep(0.5)
     assert random.getstate() == before, f"a thread draws from Python's global random (threads alive: {threads})"
 
 
 def _trainer(tmp_path: Path, name: str, service=None) -> Trainer:
-    return Trainer(make_config("laptop", log_dir=str(tmp_path), run_name=name, **SMALL), service_client=service, progress=False)
+    return Trainer(
+        make_config("laptop", log_dir=str(tmp_path), run_name=name, **SMALL), service_client=service, progress=False
+    )
 
 
 @pytest.mark.parametrize("point", ["sample", "forward_backward"])
@@ -215,7 +228,9 @@ def test_damaged_checkpoint_falls_back_to_the_one_before(tmp_path: Path, damage:
         import shutil
 
         shutil.rmtree(folder)
-    with pytest.warns(UserWarning, match=r"checkpoint at step 4 \(local://.*step000004\) cannot be loaded .*falling back"):
+    with pytest.warns(
+        UserWarning, match=r"checkpoint at step 4 \(local://.*step000004\) cannot be loaded .*falling back"
+    ):
         trainer = _trainer(tmp_path, "damaged")
     assert trainer.step_index == 2 and len(_rows(run / "metrics.jsonl")) == 2
     assert [line["step"] for line in _rows(run / "checkpoints.jsonl")] == [2]
@@ -249,15 +264,23 @@ def test_repeated_rows_from_an_old_restart_are_replaced_by_the_checkpoints_copy(
 def test_changed_config_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     run = _four_steps(tmp_path)
     before = {p: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"}
-    changed = make_config("laptop", log_dir=str(tmp_path), run_name="damaged", **{**SMALL, "learning_rate": 0.01, "seed": 1})
-    with pytest.raises(ValueError, match=r"different config \(learning_rate 0.002 -> 0.01, seed 0 -> 1\); .*new run_name.*allow_config_change=true"):
+    changed = make_config(
+        "laptop", log_dir=str(tmp_path), run_name="damaged", **{**SMALL, "learning_rate": 0.01, "seed": 1}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"different config \(learning_rate 0.002 -> 0.01, seed 0 -> 1\); .*new "
+        r"run_name.*allow_config_change=true",
+    ):
         Trainer(changed, progress=False)
     with pytest.raises(ValueError, match="different lora_rank .* choose a new run_name"):
         Trainer(chz_replace(changed, lora_rank=4, allow_config_change=True), progress=False)
     assert {p: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
     trainer = Trainer(chz_replace(changed, allow_config_change=True), progress=False)
     trainer.close()
-    assert _rows(run / "config_changes.jsonl") == [{"step": 4, "changes": {"learning_rate": [0.002, 0.01], "seed": [0, 1]}}]
+    assert _rows(run / "config_changes.jsonl") == [
+        {"step": 4, "changes": {"learning_rate": [0.002, 0.01], "seed": [0, 1]}}
+    ]
     assert json.loads((run / "config.json").read_text())["learning_rate"] == 0.01
 
 
@@ -289,11 +312,15 @@ def test_high_drop_rate_is_flagged(tmp_path: Path, monkeypatch) -> None:
     service = LocalServiceClient(root=tmp_path / "ckpt")
     service.create_lora_training_client = _wrapping(service.create_lora_training_client, EnvZeroDown)
     trainer = _trainer(tmp_path, "drops", service)
-    with pytest.warns(UserWarning, match=r"step 0: \d+% of episodes were dropped after sampling failures .*sampler unreachable"):
+    with pytest.warns(
+        UserWarning, match=r"step 0: \d+% of episodes were dropped after sampling failures .*sampler unreachable"
+    ):
         metrics = trainer.step()
     trainer.close()
     assert metrics["sampler/drop_rate"] > 0.05 and metrics["sampler/sample_retries"] > 0
-    assert metrics["sampler/episodes_dropped"] == round(metrics["sampler/drop_rate"] * (metrics["sampler/episodes_dropped"] + metrics["sampler/num_episodes"]))
+    assert metrics["sampler/episodes_dropped"] == round(
+        metrics["sampler/drop_rate"] * (metrics["sampler/episodes_dropped"] + metrics["sampler/num_episodes"])
+    )
 
 
 def _wrapping(create, cls):
@@ -304,7 +331,9 @@ def _wrapping(create, cls):
 
 
 @pytest.mark.slow
-def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(tmp_path: Path, monkeypatch, capsys, reference) -> None:
+def test_sampler_outage_keeps_what_is_done_and_says_how_to_resume(
+    tmp_path: Path, monkeypatch, capsys, reference
+) -> None:
     """From step 3 on every request fails, retries included: the command saves step 3's state,
     prints one line with the resume command, exits 1; the rerun (sampler back) loses nothing."""
     import gemlab.episodes
@@ -358,7 +387,9 @@ def test_a_field_added_after_the_run_started_counts_as_its_default(tmp_path: Pat
     trainer.close()
     (run / "config.json").write_text(json.dumps(saved))
     with pytest.raises(ValueError, match=r"different config \(num_minibatches 1 -> 2\)"):
-        Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="damaged", **SMALL, num_minibatches=2), progress=False)
+        Trainer(
+            make_config("laptop", log_dir=str(tmp_path), run_name="damaged", **SMALL, num_minibatches=2), progress=False
+        )
 
 
 def test_a_config_with_the_old_normalization_field_resumes_unchanged(tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ SMALL = dict(batch_size=16, num_env=4, max_tokens=8, save_every=-1)
 
 @pytest.mark.parametrize("max_staleness", [1, 2])
 def test_staleness_never_exceeds_the_bound(tmp_path, max_staleness):
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="run", max_steps=6, max_staleness=max_staleness, **SMALL)
+    config = make_config(
+        "laptop", log_dir=str(tmp_path), run_name="run", max_steps=6, max_staleness=max_staleness, **SMALL
+    )
     trainer = Trainer(config, progress=False)
     lags = []
     for step in range(6):
@@ -61,15 +63,20 @@ def _compare_with_gems_loop(tmp_path):
     trainer.close()
 
     service = LocalServiceClient(root=tmp_path / "reference")
-    training = service.create_lora_training_client(base_model=config.model_name, rank=config.lora_rank, seed=config.seed).result()
+    training = service.create_lora_training_client(
+        base_model=config.model_name, rank=config.lora_rank, seed=config.seed
+    ).result()
     tokenizer = training.get_tokenizer()
-    envs = make_envs(config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer)
+    envs = make_envs(
+        config.env_id, config.num_env, seed=config.seed, env_wrappers=config.env_wrappers, tokenizer=tokenizer
+    )
     for step in range(2):
         sampler = training.save_weights_and_get_sampling_client().result()
         random.seed(derive_seed(config.seed, step))
         batch = asyncio.run(
             collect_batch(
-                sampler, envs, Prompting(tokenizer, get_template(config.template), config.max_tokens, config.temperature),
+                sampler, envs, Prompting(tokenizer, get_template(config.template), config.max_tokens,
+                config.temperature),
                 min_transitions=config.batch_size, seed=derive_seed(config.seed, step, 1),
             )
         )  # fmt: skip
@@ -77,7 +84,10 @@ def _compare_with_gems_loop(tmp_path):
             batch, gamma=config.gamma, advantage=config.advantage, batch_size=config.batch_size,
             rng=np.random.default_rng([config.seed, step]),
         )  # fmt: skip
-        datums = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(transitions, advantages, strict=True)]
+        datums = [
+            policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a)
+            for t, a in zip(transitions, advantages, strict=True)
+        ]
         result = training.forward_backward(datums, config.loss_fn).result()
         training.optim_step(adam_params(config.learning_rate)).result()
         expected = {**rollout_metrics(batch), **policy_metrics(transitions, result.loss_fn_outputs)}

@@ -10,7 +10,10 @@ from gemlab.seeds import derive_seed, step_generator
 def test_derive_seed_is_cpythons_tuple_hash_cut_to_31_bits() -> None:
     rng = random.Random(0)
     for _ in range(5000):
-        parts = tuple(rng.choice([rng.randint(-5, 5), rng.randint(0, 2**31), rng.randint(-(2**62), 2**62), -1]) for _ in range(rng.randint(0, 4)))
+        parts = tuple(
+            rng.choice([rng.randint(-5, 5), rng.randint(0, 2**31), rng.randint(-(2**62), 2**62), -1])
+            for _ in range(rng.randint(0, 4))
+        )
         assert derive_seed(*parts) == hash(parts) & 0x7FFFFFFF, parts
 
 

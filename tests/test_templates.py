@@ -65,7 +65,10 @@ def test_chat_turns_closes_an_action_cut_at_max_tokens():
     first = template.render("Q", tok)
     cut = tok.encode("```python\nprint(", add_special_tokens=False)  # no end of turn: cut at max_tokens
     second = template.continue_tokens(first + cut, "R", tok)
-    assert tok.decode(second[len(first) + len(cut) :]) == "<|im_end|>\n<|im_start|>user\nR<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.decode(second[len(first) + len(cut) :])
+        == "<|im_end|>\n<|im_start|>user\nR<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_a_template_that_renders_each_turn_alone_does_not_continue():

@@ -21,12 +21,43 @@ import pytest
 
 from gemlab import tool_sandbox
 from gemlab.envs import make_envs
-from gemlab.tool_sandbox import MAX_TIMEOUT, MODE_VARIABLE, RUN_BYTES, SandboxError, check_sandbox, describe_sandbox, python_tool_env, sandbox_in_force
+from gemlab.tool_sandbox import (
+    MAX_TIMEOUT,
+    MODE_VARIABLE,
+    RUN_BYTES,
+    SandboxError,
+    check_sandbox,
+    describe_sandbox,
+    python_tool_env,
+    sandbox_in_force,
+)
 
 TIMEOUT = 2  # for the code that runs until it is stopped
 LINUX = sys.platform.startswith("linux")
-GEM_BWRAP = ["--unshare-all", "--ro-bind", "{prefix}", "/python_env", "--setenv", "PATH", "/python_env/bin:/usr/bin:/bin"]
-GEM_BWRAP += ["--ro-bind", "/lib", "/lib", "--ro-bind", "/lib64", "/lib64", "--ro-bind", "/usr/lib", "/usr/lib", "--proc", "/proc", "--dev", "/dev"]
+GEM_BWRAP = [
+    "--unshare-all",
+    "--ro-bind",
+    "{prefix}",
+    "/python_env",
+    "--setenv",
+    "PATH",
+    "/python_env/bin:/usr/bin:/bin",
+]
+GEM_BWRAP += [
+    "--ro-bind",
+    "/lib",
+    "/lib",
+    "--ro-bind",
+    "/lib64",
+    "/lib64",
+    "--ro-bind",
+    "/usr/lib",
+    "/usr/lib",
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+]
 
 
 class Question(gem.Env):
@@ -82,7 +113,11 @@ def processes_with(token: str) -> list[int]:
 
 
 def run_folders() -> set[str]:
-    return {name for name in os.listdir(tempfile.gettempdir()) if "-run-" in name and name.startswith(tool_sandbox.ROOT_PREFIX)}
+    return {
+        name
+        for name in os.listdir(tempfile.gettempdir())
+        if "-run-" in name and name.startswith(tool_sandbox.ROOT_PREFIX)
+    }
 
 
 @pytest.mark.slow
@@ -98,9 +133,19 @@ def interpreters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     base = os.path.realpath(sys.executable)
     folder = tmp_path_factory.mktemp("pythons")
     for name, options in (("venv", []), ("copies", ["--copies"])):
-        subprocess.run([base, "-m", "venv", "--without-pip", *options, str(folder / name)], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [base, "-m", "venv", "--without-pip", *options, str(folder / name)],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     (folder / "link").symlink_to(folder)  # an env reached through a linked folder (/home -> var/home)
-    return {"venv": str(folder / "venv/bin/python"), "copies": str(folder / "copies/bin/python"), "linked": str(folder / "link/copies/bin/python"), "base": base}
+    return {
+        "venv": str(folder / "venv/bin/python"),
+        "copies": str(folder / "copies/bin/python"),
+        "linked": str(folder / "link/copies/bin/python"),
+        "base": base,
+    }
 
 
 @pytest.mark.slow
@@ -114,9 +159,21 @@ def test_the_tool_runs_from_any_python(mode: str, kind: str, interpreters: dict[
     config = tool_sandbox.shim_config(folder, MAX_TIMEOUT, interpreter)
     assert config["isolated"] == tool_sandbox._isolation()[0]  # never less confinement for another interpreter
     tool_sandbox._write_shim(folder, config, interpreter)
-    prefix = subprocess.run([interpreter, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True).stdout.strip()
+    prefix = subprocess.run(
+        [interpreter, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     gem_options = [part.format(prefix=prefix) for part in GEM_BWRAP] if mode == "bwrap" else []
-    ran = subprocess.run([str(folder / mode.replace("none", "python")), *gem_options, *(["python"] if gem_options else []), "-c", "print(6*7)"], capture_output=True, timeout=60)
+    ran = subprocess.run(
+        [
+            str(folder / mode.replace("none", "python")),
+            *gem_options,
+            *(["python"] if gem_options else []),
+            "-c",
+            "print(6*7)",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     assert ran.stdout == b"42\n", ran.stderr.decode()
 
 
@@ -139,15 +196,21 @@ def broken_sandbox(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="breaks the private root")
-def test_a_broken_sandbox_stops_the_run_before_training_in_one_line(broken_sandbox: None, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    with pytest.raises(SandboxError, match=r"sandbox \(none\) cannot run code here: .*sandbox failed.*gemlab.doctor") as raised:
+def test_a_broken_sandbox_stops_the_run_before_training_in_one_line(
+    broken_sandbox: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(
+        SandboxError, match=r"sandbox \(none\) cannot run code here: .*sandbox failed.*gemlab.doctor"
+    ) as raised:
         check_sandbox()
     assert "\n" not in str(raised.value)
     from gemlab.train import main
 
     assert main(["preset=smollm2-tool", f"log_dir={tmp_path / 'runs'}"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("gemlab.train: the python tool's sandbox (none) cannot run code here: "), err
+    assert err.count("\n") == 1 and err.startswith(
+        "gemlab.train: the python tool's sandbox (none) cannot run code here: "
+    ), err
     assert not (tmp_path / "runs").exists()
 
 
@@ -159,7 +222,10 @@ def test_long_code_runs_from_gems_file(mode: str) -> None:
 
 @pytest.mark.slow
 def test_relative_writes_stay_out_of_the_trainers_folder(mode: str, tmp_path: Path) -> None:
-    code = "import os\nprint(os.getcwd())\nfor path in ('f', '../f', '../../f'):\n    try:\n        open(path, 'w').write('x')\n    except OSError:\n        pass"
+    code = (
+        "import os\nprint(os.getcwd())\nfor path in ('f', '../f', '../../f'):\n    try:\n        open(path, "
+        "'w').write('x')\n    except OSError:\n        pass"
+    )
     run_folder = Path(run_code(code).removeprefix("Code execution result: ").splitlines()[0])
     assert sorted(os.listdir(tmp_path)) == ["trainer"] and os.listdir(tmp_path / "trainer") == []
     if not isolated(mode):  # an isolated run's folder is a tmpfs in its own mount namespace
@@ -190,7 +256,9 @@ def test_outside_files_are_neither_changed_nor_seen(mode: str, tmp_path: Path) -
         f"o.setxattr({str(target)!r}, 'user.x', b'1')", f"print('size', o.stat({str(target)!r}).st_size)",
         "print('inotify fd', __import__('ctypes').CDLL(None).inotify_init1(0))",
     ]
-    code = "o = __import__('os')\n" + "\n".join(f"try:\n    {call}\nexcept OSError as error:\n    print('refused', error)" for call in calls)
+    code = "o = __import__('os')\n" + "\n".join(
+        f"try:\n    {call}\nexcept OSError as error:\n    print('refused', error)" for call in calls
+    )
     observation = run_code(code)
     after = target.stat()
     assert (after.st_mode, after.st_mtime, after.st_uid) == (before.st_mode, before.st_mtime, before.st_uid)
@@ -206,7 +274,9 @@ def test_no_network(mode: str) -> None:
         listener.listen()
         listener.setblocking(False)
         port = listener.getsockname()[1]
-        observation = run_code(f"s = __import__('socket').socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {port}))\nprint('connected')")
+        observation = run_code(
+            f"s = __import__('socket').socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {port}))\nprint('connected')"
+        )
         assert "connected" not in observation and "Error" in observation
         with pytest.raises(BlockingIOError):
             listener.accept()
@@ -233,7 +303,8 @@ def trainer_key() -> tuple[int, str]:
     """A key in the trainer's session keyring: its id and its secret."""
     libc = ctypes.CDLL(None, use_errno=True)
     secret = uuid.uuid4().hex
-    key = libc.syscall(248, b"user", f"gemlab-test-{secret}".encode(), secret.encode(), len(secret), -3)  # add_key, KEY_SPEC_SESSION_KEYRING
+    # add_key, KEY_SPEC_SESSION_KEYRING
+    key = libc.syscall(248, b"user", f"gemlab-test-{secret}".encode(), secret.encode(), len(secret), -3)
     if key < 0:
         pytest.skip(f"no session keyring here (add_key: {os.strerror(ctypes.get_errno())})")
     yield key, secret
@@ -248,8 +319,10 @@ def test_the_trainers_keys_are_out_of_reach(mode: str, trainer_key: tuple[int, s
     code = (
         "c = __import__('ctypes')\nlibc = c.CDLL(None)\nbuffer = c.create_string_buffer(100)\n"
         f"found = libc.syscall(250, 10, -3, b'user', b'gemlab-test-{secret}', 0)\n"  # KEYCTL_SEARCH
-        f"for key in (found, {key}):\n    size = libc.syscall(250, 11, key, buffer, 100)\n    print('read', size, buffer.value)\n"  # KEYCTL_READ
-        "try:\n    print(open('/proc/keys').read())\nexcept OSError as error:\n    print(error)"  # the descriptions of the keys root may view
+        f"for key in (found, {key}):\n    size = libc.syscall(250, 11, key, buffer, 100)\n    "
+        "print('read', size, buffer.value)\n"  # KEYCTL_READ
+        # the descriptions of the keys root may view
+        "try:\n    print(open('/proc/keys').read())\nexcept OSError as error:\n    print(error)"
     )
     observation = run_code(code)
     assert "read -1" in observation and secret not in observation, observation
@@ -261,7 +334,11 @@ def test_the_kernels_settings_stay_read_only(mode: str) -> None:
     code's uid may be root's when the trainer's is, and no setting opens for writing."""
     skip_unless(isolated(mode) or bool(tool_sandbox._landlock_abi()), mode, "file confinement")
     paths = ["/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sys/kernel/hostname"]
-    code = "import os\n" + "\n".join(f"try:\n    os.close(os.open({path!r}, os.O_WRONLY))\n    print('writable', {path!r})\nexcept OSError:\n    pass" for path in paths)
+    code = "import os\n" + "\n".join(
+        f"try:\n    os.close(os.open({path!r}, os.O_WRONLY))\n    print('writable', {path!r})\nexcept "
+        "OSError:\n    pass"
+        for path in paths
+    )
     assert "writable" not in run_code(code)
 
 
@@ -272,8 +349,10 @@ def test_the_trainer_and_its_secrets_are_out_of_reach(mode: str, monkeypatch: py
     pid = os.getpid()
     code = (
         "import os\nprint(os.environ.get('TINKER_API_KEY'))\n"
-        f"try:\n    print(open('/proc/{pid}/environ').read())\nexcept OSError as error:\n    print('no environ', error)\n"
-        f"try:\n    getattr(os, 'ki' + 'll')({pid}, 0)\n    print('trainer reachable')\nexcept OSError as error:\n    print('no signal', error)"
+        f"try:\n    print(open('/proc/{pid}/environ').read())\nexcept OSError as error:\n    print('no "
+        "environ', error)\n"
+        f"try:\n    getattr(os, 'ki' + 'll')({pid}, 0)\n    print('trainer reachable')\nexcept OSError as "
+        "error:\n    print('no signal', error)"
     )
     observation = run_code(code)
     assert "None\nno environ" in observation and "no signal" in observation
@@ -282,16 +361,24 @@ def test_the_trainer_and_its_secrets_are_out_of_reach(mode: str, monkeypatch: py
 
 @pytest.mark.slow
 def test_an_endless_loop_is_stopped_at_the_tools_timeout(mode: str) -> None:
-    assert f"Execution timed out after {TIMEOUT} seconds (stopped by the sandbox)" in run_code("while True:\n    pass", TIMEOUT)
+    assert f"Execution timed out after {TIMEOUT} seconds (stopped by the sandbox)" in run_code(
+        "while True:\n    pass", TIMEOUT
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LINUX, reason="finds leftover processes through /proc")
 def test_a_fork_bomb_and_a_daemon_leave_no_process_behind(mode: str) -> None:
     if os.getuid() == 0 and not any("pids.max" in limits for _, limits in tool_sandbox._cgroups()):
-        pytest.skip("as root without a pids cgroup nothing bounds a fork bomb's count until the timeout: not tried on a shared machine")
+        pytest.skip(
+            "as root without a pids cgroup nothing bounds a fork bomb's count until the timeout: not tried on "
+            "a shared machine"
+        )
     token = uuid.uuid4().hex
-    daemon = f"# {token}\nimport os, time\nif getattr(os, 'fo' + 'rk')() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')"
+    daemon = (
+        f"# {token}\nimport os, time\nif getattr(os, 'fo' + 'rk')() == 0:\n    os.setsid()\n    "
+        "time.sleep(60)\nprint('parent done')"
+    )
     assert "parent done" in run_code(daemon)
     code = f"# {token}\nwhile True:\n    try:\n        __import__('os').fork()\n    except OSError:\n        pass"
     assert "stopped by the sandbox" in run_code(code, TIMEOUT)
@@ -304,7 +391,10 @@ from gemlab.tool_sandbox import python_tool_env, _Question
 env = python_tool_env(_Question(), timeout=2)
 env.reset()
 print("stepping", flush=True)
-env.step("```python\\n# " + os.environ["TOKEN"] + "\\nimport time\\nopen('/tmp/f', 'wb').write(bytes(1 << 20))\\ntime.sleep(60)\\n```")
+env.step(
+    "```python\\n# " + os.environ["TOKEN"] + "\\nimport time\\nopen('/tmp/f', 'wb').write(bytes(1 << 20))"
+    "\\ntime.sleep(60)\\n```"
+)
 """
 
 
@@ -315,8 +405,11 @@ def test_a_killed_trainer_leaves_nothing_behind(mode: str, tmp_path: Path) -> No
     the run is left, nor a run folder or a cgroup."""
     token = uuid.uuid4().hex
     before = run_folders()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TOKEN": token}  # only the code's command line holds it
-    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER], stdout=subprocess.PIPE, env=env, cwd=tmp_path / "trainer")
+    # only the code's command line holds it
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TOKEN": token}
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", KILLED_TRAINER], stdout=subprocess.PIPE, env=env, cwd=tmp_path / "trainer"
+    )
     assert trainer.stdout.readline() == b"stepping\n"
     for _ in range(100):  # until the code runs
         if processes_with(token):
@@ -328,7 +421,9 @@ def test_a_killed_trainer_leaves_nothing_behind(mode: str, tmp_path: Path) -> No
     trainer.wait()
     assert gone(token)
     for _ in range(100):  # the supervisor removes its cgroups once the code is gone
-        cgroups = [cgroup for parent, _ in tool_sandbox._cgroups() for cgroup in Path(parent).glob("gemlab-tool-sandbox-*")]
+        cgroups = [
+            cgroup for parent, _ in tool_sandbox._cgroups() for cgroup in Path(parent).glob("gemlab-tool-sandbox-*")
+        ]
         if not cgroups:
             break
         time.sleep(0.1)
@@ -349,7 +444,8 @@ def gone(token: str) -> bool:
 FILL_AND_NEST = (
     "import os\nwritten = 0\nfor index in range(48):\n    try:\n        with open(f'big{index}', 'wb') as file:\n"
     "            file.write(bytes(16 << 20))\n        written += 16 << 20\n    except OSError:\n        break\n"
-    "for _ in range(1200):\n    os.mkdir('d')\n    os.chdir('d')\nopen('last', 'w').write('x')\nos.chmod('.', 0)\nprint('written', written)"
+    "for _ in range(1200):\n    os.mkdir('d')\n    os.chdir('d')\nopen('last', "
+    "'w').write('x')\nos.chmod('.', 0)\nprint('written', written)"
 )
 
 
@@ -359,7 +455,9 @@ def test_disk_use_is_bounded_and_any_folder_is_removed(mode: str) -> None:
     tmpfs's size, and its removal neither recurses nor leaves anything behind."""
     before = run_folders()
     observation = run_code(FILL_AND_NEST)
-    assert "written" in observation and "sandbox failed" not in observation and "recursion" not in observation, observation
+    assert "written" in observation and "sandbox failed" not in observation and "recursion" not in observation, (
+        observation
+    )
     if isolated(mode):
         assert int(observation.split("written ")[1].split()[0]) <= RUN_BYTES
     assert run_folders() <= before
@@ -431,7 +529,14 @@ def test_tool_steps_run_at_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
                 return self.env.step(action, **kwargs)
 
     observations: list[str] = []
-    threads = [threading.Thread(target=lambda env=env: observations.append(Waiting(env.env, env.timeout).step(f"<python>{code}</python>")[0])) for env in envs]
+    threads = [
+        threading.Thread(
+            target=lambda env=env: observations.append(
+                Waiting(env.env, env.timeout).step(f"<python>{code}</python>")[0]
+            )
+        )
+        for env in envs
+    ]
     for env in envs:
         env.reset()
     for thread in threads:

@@ -37,7 +37,9 @@ def test_two_steps_then_resume(tmp_path):
     warmup = _lines(run_dir / "warmup.jsonl")
     assert len(warmup) == 2 and all(row["loss"] > 0 for row in warmup)
 
-    resumed = Trainer(make_config("laptop", log_dir=str(tmp_path), run_name="run", **{**SMALL, "max_steps": 3}), progress=False)
+    resumed = Trainer(
+        make_config("laptop", log_dir=str(tmp_path), run_name="run", **{**SMALL, "max_steps": 3}), progress=False
+    )
     assert resumed.step_index == 2
     assert resumed.step()["step"] == 2
     resumed.close()
@@ -72,7 +74,10 @@ def test_same_seed_same_episodes(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["env_id=game:GuessTheNumber-v0"], "Unknown GEM env id 'game:GuessTheNumber-v0'. Closest registered ids: game:GuessTheNumber-v0-"),
+        (
+            ["env_id=game:GuessTheNumber-v0"],
+            "Unknown GEM env id 'game:GuessTheNumber-v0'. Closest registered ids: game:GuessTheNumber-v0-",
+        ),
         (["template=qwen3"], "template must be one of 'qwen3_game'"),
         (["gamma=1.5"], r"gamma must be in \[0.0, 1.0\], got 1.5"),
         (["batch_size=0"], "batch_size must be a positive number, got 0"),
@@ -123,7 +128,16 @@ def test_astep_on_a_foreign_loop_after_step_with_sampling_ahead(tmp_path):
     Jupyter's differs from the Trainer's), with a sampler running ahead: it continues the run."""
     import asyncio
 
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="ahead", batch_size=16, num_env=4, max_tokens=8, max_staleness=1, save_every=-1)
+    config = make_config(
+        "laptop",
+        log_dir=str(tmp_path),
+        run_name="ahead",
+        batch_size=16,
+        num_env=4,
+        max_tokens=8,
+        max_staleness=1,
+        save_every=-1,
+    )
     with Trainer(config, progress=False) as trainer:
         assert trainer.step()["step"] == 0
         assert asyncio.run(trainer.astep())["step"] == 1
@@ -180,10 +194,16 @@ def test_warmup_data_is_the_seeds_not_what_ran_before(tmp_path):
 
 @pytest.mark.parametrize(
     "schedule, multipliers",
-    [("constant", [1.0, 1.0, 1.0, 1.0]), ("linear", [1.0, 0.75, 0.5, 0.25]), ("cosine", [1.0, 0.8535534, 0.5, 0.1464466])],
+    [
+        ("constant", [1.0, 1.0, 1.0, 1.0]),
+        ("linear", [1.0, 0.75, 0.5, 0.25]),
+        ("cosine", [1.0, 0.8535534, 0.5, 0.1464466]),
+    ],
 )
 def test_the_learner_is_sent_the_scheduled_learning_rate(tmp_path, schedule, multipliers):
-    config = make_config("laptop", log_dir=str(tmp_path), run_name=schedule, lr_schedule=schedule, **{**SMALL, "max_steps": 4})
+    config = make_config(
+        "laptop", log_dir=str(tmp_path), run_name=schedule, lr_schedule=schedule, **{**SMALL, "max_steps": 4}
+    )
     with Trainer(config, progress=False) as trainer:
         sent = [trainer.step()["train/learning_rate:mean"] for _ in range(4)]
     assert sent == pytest.approx([config.learning_rate * m for m in multipliers], rel=1e-6)
@@ -197,7 +217,16 @@ def test_a_conversation_step_trains_each_episode_as_one_datum_and_samples_from_i
     from tinker_emulator.futures import SAMPLING
     from tinker_emulator.models import choose_device, load_model
 
-    config = make_config("laptop", log_dir=str(tmp_path), run_name="turns", template="chat_turns", env_wrappers="", max_steps=1, batch_size=16, num_env=4)
+    config = make_config(
+        "laptop",
+        log_dir=str(tmp_path),
+        run_name="turns",
+        template="chat_turns",
+        env_wrappers="",
+        max_steps=1,
+        batch_size=16,
+        num_env=4,
+    )
     turns = load_model(TINY, choose_device(), role=SAMPLING).turns  # the copy the Trainer samples from
     hits = turns.hits
     trainer = Trainer(config, progress=False)

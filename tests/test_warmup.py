@@ -50,7 +50,9 @@ class _Answers:
         text = self.texts[len(self.prompts) % len(self.texts)]
         self.prompts.append(prompt.to_ints())
         tokens = self.tokenizer.encode(text, add_special_tokens=False)
-        return SimpleNamespace(sequences=[SimpleNamespace(tokens=tokens, logprobs=[0.0] * len(tokens), stop_reason="stop")])
+        return SimpleNamespace(
+            sequences=[SimpleNamespace(tokens=tokens, logprobs=[0.0] * len(tokens), stop_reason="stop")]
+        )
 
 
 def _training_client(answers: _Answers) -> SimpleNamespace:
@@ -78,7 +80,8 @@ def test_own_answers_are_asked_in_the_chat_template_and_trained_in_the_runs():
         weights = datum.loss_fn_inputs["weights"].to_torch().tolist()
         trained = [t for t, w in zip(tokens[1:], weights, strict=True) if w > 0]
         targets.append(tokenizer.decode(trained, skip_special_tokens=True))
-        assert tokenizer.decode(tokens).startswith(template.render_text("x")[:20])  # the run's template, not the chat one
+        # the run's template, not the chat one
+        assert tokenizer.decode(tokens).startswith(template.render_text("x")[:20])
     assert targets == ["\\boxed{7}", "\\boxed{12}", "\\boxed{7}", "\\boxed{12}"]
 
 
@@ -86,7 +89,17 @@ def test_a_model_that_never_writes_a_number_is_told_in_one_line():
     tokenizer = load_tokenizer("gemlab/tiny")
     training = _training_client(_Answers(tokenizer, ["no idea"]))
     with pytest.raises(ValueError, match="wrote a number in only 0 of 12 answers"):
-        asyncio.run(own_examples(training, make_envs("rg:sums-1digit-train", 1), tokenizer, get_template("chat"), 3, seed=0, kind="own_answers"))
+        asyncio.run(
+            own_examples(
+                training,
+                make_envs("rg:sums-1digit-train", 1),
+                tokenizer,
+                get_template("chat"),
+                3,
+                seed=0,
+                kind="own_answers",
+            )
+        )
 
 
 def test_a_run_warms_up_on_its_own_answers_without_a_scripted_player(tmp_path):
@@ -115,11 +128,16 @@ def test_own_code_shows_the_tool_protocol_from_the_models_own_code_without_the_r
     tokenizer = load_tokenizer("gemlab/tiny-chat")
     printed_no_number = "```python\nprint('the product')\n```"
     failed = "```python\nprint(x * 2)\n```"  # a NameError: its traceback holds line numbers, not a result
-    answers = _Answers(tokenizer, ["no code here", printed_no_number, failed, "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
+    answers = _Answers(
+        tokenizer, ["no code here", printed_no_number, failed, "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"]
+    )
     envs = make_envs("math:products-3x2-train", 2, seed=0, env_wrappers="python_tool_sandboxed")
     template = get_template("chat_turns")
     datums = asyncio.run(own_examples(_training_client(answers), envs, tokenizer, template, 4, seed=3, kind="own_code"))
-    assert [_trained_text(tokenizer, d) for d in datums] == ["Let me:\n```python\nprint(100 * 10 + 1)\n```", "\\boxed{1001}"] * 2
+    assert [_trained_text(tokenizer, d) for d in datums] == [
+        "Let me:\n```python\nprint(100 * 10 + 1)\n```",
+        "\\boxed{1001}",
+    ] * 2
     first, second = (d.model_input.to_ints() for d in datums[:2])
     assert second[: len(first)] == first  # the same conversation, continued
     assert "Code execution result: 1001" in tokenizer.decode(second[len(first) :])
@@ -130,7 +148,11 @@ def test_tool_reports_trains_only_the_report_of_what_the_tool_printed():
     tokenizer = load_tokenizer("gemlab/tiny-chat")
     answers = _Answers(tokenizer, ["no code here", "Let me:\n```python\nprint(100 * 10 + 1)\n```\nso it is"])
     envs = make_envs("math:products-3x2-train", 2, seed=0, env_wrappers="python_tool_sandboxed")
-    datums = asyncio.run(own_examples(_training_client(answers), envs, tokenizer, get_template("chat_turns"), 2, seed=3, kind="tool_reports"))
+    datums = asyncio.run(
+        own_examples(
+            _training_client(answers), envs, tokenizer, get_template("chat_turns"), 2, seed=3, kind="tool_reports"
+        )
+    )
     assert [_trained_text(tokenizer, d) for d in datums] == ["\\boxed{1001}"] * 2
     assert "Code execution result: 1001" in tokenizer.decode(datums[0].model_input.to_ints())
 
@@ -141,7 +163,10 @@ def test_scripted_games_in_chat_turns_are_the_conversation_the_run_will_have():
     tokenizer = load_tokenizer("gemlab/tiny-chat")
     envs = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0, env_wrappers="")
     datums = scripted_examples(envs, tokenizer, get_template("chat_turns"), 3)
-    prompts = [tokenizer.decode(d.model_input.to_ints()[: d.loss_fn_inputs["weights"].to_torch().tolist().index(1.0) + 1]) for d in datums]
+    prompts = [
+        tokenizer.decode(d.model_input.to_ints()[: d.loss_fn_inputs["weights"].to_torch().tolist().index(1.0) + 1])
+        for d in datums
+    ]
     answers = [_trained_text(tokenizer, d) for d in datums]
     assert all(answer.startswith("\\boxed{") for answer in answers)
     conversation = [{"role": "user", "content": envs[0].unwrapped._get_instructions()}]
@@ -151,4 +176,6 @@ def test_scripted_games_in_chat_turns_are_the_conversation_the_run_will_have():
         guess = answer.removeprefix("\\boxed{").removesuffix("}")
         assert reply.startswith(f"At turn {index + 1}, you guessed {guess}")  # the game's reply to that guess
         conversation += [{"role": "assistant", "content": answer}, {"role": "user", "content": reply}]
-        assert prompts[index + 1] == tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        assert prompts[index + 1] == tokenizer.apply_chat_template(
+            conversation, tokenize=False, add_generation_prompt=True
+        )

@@ -151,7 +151,10 @@ def test_the_sdks_deprecated_methods_are_found_in_a_cell():
     deprecated = deprecated_sdk_methods()
     assert {"sample_async", "create_sampling_client_async", "load_state_with_optimizer"} <= deprecated
     assert not {"sample", "create_sampling_client", "get_server_capabilities"} & deprecated
-    cell = "%time x = 1\nclient = await service.create_sampling_client_async(model_path=p)\nclient.sample(prompt, 1, params)"
+    cell = (
+        "%time x = 1\nclient = await service.create_sampling_client_async(model_path=p)\nclient.sample(prompt, "
+        "1, params)"
+    )
     assert deprecated_calls(cell, deprecated) == ["create_sampling_client_async"]
 
 
@@ -163,7 +166,11 @@ def test_notebooks_examples_and_benchmarks_call_no_deprecated_sdk_method():
         for index, cell in enumerate(cells):
             if cell.cell_type == "code" and (names := deprecated_calls(cell.source, deprecated)):
                 found[f"{path.name} cell {index}"] = names
-    scripts = [*(ROOT / "examples").glob("*.py"), *(ROOT / "benchmarks").glob("*.py"), *(ROOT / "research" / "experiments").glob("*.py")]
+    scripts = [
+        *(ROOT / "examples").glob("*.py"),
+        *(ROOT / "benchmarks").glob("*.py"),
+        *(ROOT / "research" / "experiments").glob("*.py"),
+    ]
     for path in sorted(scripts):
         if names := deprecated_calls(path.read_text(), deprecated):
             found[str(path.relative_to(ROOT))] = names

@@ -49,7 +49,10 @@ def refusal(status: int, reason: str, body: bytes, content_type: str = "applicat
 
 
 def limited_protocol(
-    head_timeout_s: float, max_head: int = MAX_HEAD, too_large_body: bytes = b"", base: type[asyncio.Protocol] = AutoHTTPProtocol
+    head_timeout_s: float,
+    max_head: int = MAX_HEAD,
+    too_large_body: bytes = b"",
+    base: type[asyncio.Protocol] = AutoHTTPProtocol,
 ) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol (``base``: httptools' if installed, else h11's) closing a connection
     whose request head has not arrived whole within ``head_timeout_s`` of the connection opening

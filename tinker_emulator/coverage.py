@@ -80,7 +80,9 @@ CLIENTS = ("ServiceClient", "TrainingClient", "SamplingClient", "RestClient")
 def public_members(client: str) -> list[str]:
     """The public methods and properties of ``tinker.<client>``, as installed."""
     cls = getattr(tinker, client)
-    return sorted(name for name in dir(cls) if not name.startswith("_") and _is_member(inspect.getattr_static(cls, name)))
+    return sorted(
+        name for name in dir(cls) if not name.startswith("_") and _is_member(inspect.getattr_static(cls, name))
+    )
 
 
 def _is_member(attribute: object) -> bool:
@@ -98,7 +100,8 @@ def status(client: str, member: str) -> tuple[str, str]:
 
 
 def http_status(client: str, member: str) -> tuple[str, str]:
-    """``(state, note)`` of ``tinker.<client>.<member>`` over HTTP against ``python -m tinker_emulator.workshop_server``."""
+    """``(state, note)`` of ``tinker.<client>.<member>`` over HTTP against ``python -m
+    tinker_emulator.workshop_server``."""
     from tinker_emulator.workshop_server.coverage import http_status as over_http
 
     return over_http(f"{client}.{member.removesuffix('_async')}", status(client, member))
@@ -110,7 +113,8 @@ def table() -> str:
     for client in CLIENTS:
         members = public_members(client)
         summary = "; ".join(
-            f"{where}: " + ", ".join(f"{sum(how(client, m)[0] == s for m in members)} {s}" for s in (WORKS, DIFFERENT, ERROR))
+            f"{where}: "
+            + ", ".join(f"{sum(how(client, m)[0] == s for m in members)} {s}" for s in (WORKS, DIFFERENT, ERROR))
             for where, how in (("in-process", status), ("over HTTP", http_status))
         )
         lines += [f"**`tinker.{client}`** ({summary})", ""]

@@ -2,7 +2,8 @@
 
 ```bash
 python -m tinker_emulator.export gemlab/tiny ./tiny-hf
-GEMLAB_LOCAL_MODEL=gemlab/tiny-chat python -m tinker_emulator.export Qwen/Qwen3-4B-Instruct-2507 ./qwen-local   # the stand-in
+GEMLAB_LOCAL_MODEL=gemlab/tiny-chat python -m tinker_emulator.export Qwen/Qwen3-4B-Instruct-2507 ./qwen-local   # the
+stand-in
 ```
 
 The folder loads anywhere without a network: ``AutoTokenizer.from_pretrained("./tiny-hf")``,
@@ -33,7 +34,9 @@ def export(name: str, folder: str | Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Write a local model out as a Hugging Face folder.")
-    parser.add_argument("model", help="a local preset (gemlab/tiny, ...), a folder, or a Tinker model name with $GEMLAB_LOCAL_MODEL set")
+    parser.add_argument(
+        "model", help="a local preset (gemlab/tiny, ...), a folder, or a Tinker model name with $GEMLAB_LOCAL_MODEL set"
+    )
     parser.add_argument("folder", help="where to write it (new or empty)")
     args = parser.parse_args()
     try:

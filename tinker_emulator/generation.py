@@ -162,7 +162,9 @@ def generate(
             tokens, mask, next_position = tokens[kept], mask[kept], next_position[kept]
             live = [live[j] for j in keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-        out, cache = kv_cache.forward(model, cache, input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None])
+        out, cache = kv_cache.forward(
+            model, cache, input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None]
+        )
         logits = out.logits[:, -1].float()
         next_position = next_position + 1
 

@@ -77,7 +77,9 @@ def _stored_in(dtype: torch.dtype) -> type:
     values in a buffer with room to grow (``Growing``)."""
 
     class StoredIn(DynamicCache):
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+        ) -> Any:
             key_states, value_states = key_states.to(dtype), value_states.to(dtype)
             layers = getattr(self, "layers", ())
             if layer_idx < len(layers) and type(layers[layer_idx]) is _DynamicLayer and _filled(layers[layer_idx]):
@@ -92,7 +94,9 @@ def _filled(layer: Any) -> bool:
     return bool(getattr(layer, "is_initialized", getattr(layer, "keys", None) is not None))
 
 
-def _grow(cache: Any, layer: Any, index: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _grow(
+    cache: Any, layer: Any, index: int, keys: torch.Tensor, values: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Append to a layer as ``DynamicLayer.update`` does, but into buffers with room for as many
     positions again, so that a decoding step writes one position instead of copying the whole
     cache (``torch.cat``): the layer's keys and values are views of the buffers' filled part. A
@@ -100,7 +104,12 @@ def _grow(cache: Any, layer: Any, index: int, keys: torch.Tensor, values: torch.
     buffers = cache.__dict__.setdefault("_growing", {})
     held, new = layer.keys.shape[-2], keys.shape[-2]
     room = buffers.get(index)
-    if room is None or room[0].data_ptr() != layer.keys.data_ptr() or room[0].shape[0] != layer.keys.shape[0] or room[0].shape[-2] < held + new:
+    if (
+        room is None
+        or room[0].data_ptr() != layer.keys.data_ptr()
+        or room[0].shape[0] != layer.keys.shape[0]
+        or room[0].shape[-2] < held + new
+    ):
         size = 2 * (held + new)
         room = tuple(t.new_empty((*t.shape[:-2], size, t.shape[-1])) for t in (layer.keys, layer.values))
         room[0][..., :held, :], room[1][..., :held, :] = layer.keys, layer.values

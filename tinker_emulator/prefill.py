@@ -100,5 +100,7 @@ def prefill(
         mask[i, past + width - len(suffix) :] = 1
         positions[i, width - len(suffix) :] = torch.arange(start, start + len(suffix))
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
-    out, cache = kv_cache.forward(model, cache, input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1)
+    out, cache = kv_cache.forward(
+        model, cache, input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
+    )
     return cache, out.logits[:, -1].float(), mask, positions[:, -1] + 1

@@ -155,7 +155,9 @@ class SharedPrefixes:
         rows = [self.rows[j] for j in part]
         index = torch.as_tensor([k for k, _ in rows], device=device)
         prefix_logprobs, *flat = self._leaves
-        cache = kv_cache.from_tensors(self.model, [(k[index], v[index]) for k, v in zip(flat[::2], flat[1::2], strict=True)])
+        cache = kv_cache.from_tensors(
+            self.model, [(k[index], v[index]) for k, v in zip(flat[::2], flat[1::2], strict=True)]
+        )
         own = [self.own[j] for j in part]
         width = max(own)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -168,16 +170,27 @@ class SharedPrefixes:
             positions[j] = torch.arange(shared, shared + width)
         # the cluster's padding is masked; the suffix's own right padding is harmless (causal)
         mask = torch.cat([self.mask[[k for k, _ in rows]], torch.ones((len(rows), width), dtype=torch.long)], dim=1)
-        hidden = kv_cache.hidden(self.model, cache, input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device))[0]
+        hidden = kv_cache.hidden(
+            self.model,
+            cache,
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=positions.to(device),
+        )[0]
         logprobs = head_logprobs(self.model, hidden, labels.to(device), self.chunk)
         return [
-            torch.cat([prefix_logprobs[k, : self.clusters[k].shared], logprobs[j, : own[j]]]) for j, (k, _) in enumerate(rows)
+            torch.cat([prefix_logprobs[k, : self.clusters[k].shared], logprobs[j, : own[j]]])
+            for j, (k, _) in enumerate(rows)
         ]
 
     def backward(self) -> None:
         """Send the gradients gathered at the leaves through the prefix pass (once every micro-batch
         of its rows has run its backward)."""
-        pairs = [(t, leaf.grad) for t, leaf in zip(self._graph, self._leaves, strict=True) if leaf is not t and leaf.grad is not None]
+        pairs = [
+            (t, leaf.grad)
+            for t, leaf in zip(self._graph, self._leaves, strict=True)
+            if leaf is not t and leaf.grad is not None
+        ]
         if pairs:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
         self._graph = self._leaves = []

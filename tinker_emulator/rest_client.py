@@ -27,7 +27,11 @@ from tinker_emulator.models import server_capabilities
 from tinker_emulator.sampling_client import LocalSamplingClient
 
 # checkpoint folder kind -> Tinker's checkpoint type
-CHECKPOINT_TYPES: dict[str, types.CheckpointType] = {"weights": "training", "sampler_weights": "sampler", "external": "external"}
+CHECKPOINT_TYPES: dict[str, types.CheckpointType] = {
+    "weights": "training",
+    "sampler_weights": "sampler",
+    "external": "external",
+}
 
 
 class LocalRestClient(RestClient):
@@ -35,7 +39,9 @@ class LocalRestClient(RestClient):
     ``$GEMLAB_LOCAL_DIR``, else ``~/.cache/gemlab/local``); runs this process created are found
     wherever their own service client saves them. ``base_url``/``api_key`` are ignored."""
 
-    def __init__(self, _holder: Any = None, *, base_url: str | None = None, api_key: str | None = None, root: Any = None):
+    def __init__(
+        self, _holder: Any = None, *, base_url: str | None = None, api_key: str | None = None, root: Any = None
+    ):
         self._root = (Path(root).expanduser() if root is not None else checkpoints.default_root()).absolute()
 
     @property
@@ -78,7 +84,9 @@ class LocalRestClient(RestClient):
         """Base model, LoRA rank, user metadata and last checkpoints of run ``training_run_id``."""
         return run_in_order(lambda: self._training_run(training_run_id))
 
-    def get_training_run_by_tinker_path(self, tinker_path: str, access_scope: str = "owned") -> APIFuture[types.TrainingRun]:
+    def get_training_run_by_tinker_path(
+        self, tinker_path: str, access_scope: str = "owned"
+    ) -> APIFuture[types.TrainingRun]:
         """The run that saved the checkpoint at ``tinker_path`` (a ``local://`` path)."""
         run_id, _ = _parse(tinker_path)
         return run_in_order(lambda: self._training_run(run_id))
@@ -89,7 +97,9 @@ class LocalRestClient(RestClient):
         """The runs under the root (and those this process created), newest first."""
 
         def run() -> types.TrainingRunsResponse:
-            described = (self._training_run(r) for r in self._run_ids() if checkpoints.run_info(r) or self._checkpoints(r))
+            described = (
+                self._training_run(r) for r in self._run_ids() if checkpoints.run_info(r) or self._checkpoints(r)
+            )
             runs = sorted(described, key=lambda r: r.last_request_time, reverse=True)
             cursor = types.Cursor(offset=offset, limit=limit, total_count=len(runs))
             return types.TrainingRunsResponse(training_runs=runs[offset : offset + limit], cursor=cursor)
@@ -153,7 +163,9 @@ class LocalRestClient(RestClient):
         """``file://`` URLs of the checkpoint's files (PEFT's adapter format), which never expire."""
         folder = checkpoints.resolve(tinker_path, self._root)
         urls = {f.name: f.absolute().as_uri() for f in sorted(folder.iterdir()) if f.is_file()}
-        return completed(types.ExternalWeightsUrlsResponse(urls=urls, expires=dt.datetime.max.replace(tzinfo=dt.timezone.utc)))
+        return completed(
+            types.ExternalWeightsUrlsResponse(urls=urls, expires=dt.datetime.max.replace(tzinfo=dt.timezone.utc))
+        )
 
     def set_checkpoint_ttl_from_tinker_path(self, tinker_path: str, ttl_seconds: int | None) -> APIFuture[None]:
         """Accepted and ignored: local checkpoints never expire."""

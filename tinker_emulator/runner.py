@@ -1,5 +1,6 @@
 """Run unmodified Tinker scripts on the local backend: ``tinker.ServiceClient`` becomes
-``LocalServiceClient`` (and ``tinker.RestClient`` ``LocalRestClient``) wherever a script can reach it, ``tinker.SamplingClient.from_sampler_handle``
+``LocalServiceClient`` (and ``tinker.RestClient`` ``LocalRestClient``) wherever a script can reach it,
+``tinker.SamplingClient.from_sampler_handle``
 finds local samplers, and a Tinker model name that maps to a local model also loads that model's
 tokenizer through ``transformers.AutoTokenizer.from_pretrained`` (which tinker-cookbook's
 ``get_tokenizer`` calls), offline. A Tinker program names Tinker's models, which are never local:
@@ -20,7 +21,15 @@ from typing import Any
 import tinker
 from transformers import AutoTokenizer
 
-from tinker_emulator.models import MODEL_ENV, TINY_CHAT, UnknownModelError, load_tokenizer, looks_like_path, model_descriptions, resolve_model_name
+from tinker_emulator.models import (
+    MODEL_ENV,
+    TINY_CHAT,
+    UnknownModelError,
+    load_tokenizer,
+    looks_like_path,
+    model_descriptions,
+    resolve_model_name,
+)
 from tinker_emulator.rest_client import LocalRestClient
 from tinker_emulator.sampling_client import LocalSamplingClient
 from tinker_emulator.service_client import LocalServiceClient
@@ -77,7 +86,9 @@ def patch_tinker() -> Callable[[], None]:
     ``AutoTokenizer.from_pretrained`` of mapped Tinker model names at local tokenizers, and
     ``$GEMLAB_LOCAL_MODEL`` (the stand-in Tinker model names run on) to ``gemlab/tiny-chat`` unless
     it is set; returns a function that undoes it all. Handy in a notebook too."""
-    replacements: list[tuple[Any, str, Any]] = [(importlib.import_module(m), name, LocalServiceClient) for m, name in _TARGETS]
+    replacements: list[tuple[Any, str, Any]] = [
+        (importlib.import_module(m), name, LocalServiceClient) for m, name in _TARGETS
+    ]
     replacements += [(importlib.import_module(module), name, LocalRestClient) for module, name in _REST_TARGETS]
     replacements.append(
         (tinker.SamplingClient, "from_sampler_handle", staticmethod(LocalSamplingClient.from_sampler_handle))

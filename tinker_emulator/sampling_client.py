@@ -120,7 +120,11 @@ class LocalSamplingClient(SamplingClient):
         _check_last_n(prompt_logprobs_last_n, include_prompt_logprobs, len(tokens))
         if not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-        if isinstance(topk_sample_logprobs, bool) or not isinstance(topk_sample_logprobs, int) or topk_sample_logprobs < 0:
+        if (
+            isinstance(topk_sample_logprobs, bool)
+            or not isinstance(topk_sample_logprobs, int)
+            or topk_sample_logprobs < 0
+        ):
             raise ValueError(f"topk_sample_logprobs must be a non-negative integer, got {topk_sample_logprobs!r}")
         rows, request_index = self._rows(tokens, num_samples, sampling_params, topk_sample_logprobs)
         job = _Job(
@@ -349,7 +353,9 @@ def _run_group(requests: list[Request]) -> list[Any]:
     with lora.active(lm, adapter) as model, torch.inference_mode():
         for start in range(0, len(order), MAX_ROWS):
             chunk = order[start : start + MAX_ROWS]
-            for i, result in zip(chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory), strict=True):
+            for i, result in zip(
+                chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory), strict=True
+            ):
                 generated[i] = result
         scores = dict(zip(map(id, scored_jobs), _score(model, lm, [job.tokens for job in scored_jobs]), strict=True))
     outputs: list[Any] = []

@@ -67,11 +67,26 @@ def scored_batches(
     plain = [row for c in clusters if not c.shared for row in c.rows]
     for part in micro_batches([len(inputs[row]) for row in plain], budget):
         rows = [plain[j] for j in part]
-        yield rows, _plain_logprobs(model, [inputs[r] for r in rows], [targets[r] for r in rows], pad_id, large, chunk if by_chunks else None)
+        yield (
+            rows,
+            _plain_logprobs(
+                model,
+                [inputs[r] for r in rows],
+                [targets[r] for r in rows],
+                pad_id,
+                large,
+                chunk if by_chunks else None,
+            ),
+        )
 
 
 def _plain_logprobs(
-    model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, large: bool, chunk: int | None
+    model: Any,
+    inputs: Sequence[Sequence[int]],
+    targets: Sequence[torch.Tensor],
+    pad_id: int,
+    large: bool,
+    chunk: int | None,
 ) -> list[torch.Tensor]:
     """``scored_batches``'s logprobs in one forward pass of right-padded rows (under a causal mask, padding
     after a token never changes it), the logits ``chunk`` positions at a time where ``chunk`` is

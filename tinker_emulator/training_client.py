@@ -75,7 +75,9 @@ class _Batch:
                     where = tuple(int(i) for i in (~torch.isfinite(tensors[key])).nonzero()[0])
                     value = float(tensors[key][where])
                     position = ", ".join(map(str, where))
-                    raise ValueError(f"data[{index}].loss_fn_inputs[{key!r}][{position}] is {value}: values must be finite")
+                    raise ValueError(
+                        f"data[{index}].loss_fn_inputs[{key!r}][{position}] is {value}: values must be finite"
+                    )
             if two_d and tensors["target_tokens"].shape != tensors["weights"].shape:
                 raise ValueError(
                     f"data[{index}]: target_tokens has shape {list(tensors['target_tokens'].shape)} but weights has "
@@ -398,18 +400,26 @@ class LocalTrainingClient(TrainingClient):
             try:
                 with lora.active(self._model, self._adapter) as model, torch.set_grad_enabled(backward):
                     for group, logprobs in self._logprobs(model, batch):
-                        losses = [spec.fn(lp, _on(batch.tensors[i], lp.device), resolved) for i, lp in zip(group, logprobs, strict=True)]
+                        losses = [
+                            spec.fn(lp, _on(batch.tensors[i], lp.device), resolved)
+                            for i, lp in zip(group, logprobs, strict=True)
+                        ]
                         loss = torch.stack([elementwise.sum() for elementwise in losses]).sum()
                         if backward:
                             loss.backward()
                         total += float(loss.detach())
-                        outputs.update((i, _outputs(lp, elementwise)) for i, lp, elementwise in zip(group, logprobs, losses, strict=True))
+                        outputs.update(
+                            (i, _outputs(lp, elementwise))
+                            for i, lp, elementwise in zip(group, logprobs, losses, strict=True)
+                        )
             except BaseException:
                 if kept is not None:  # a call that fails part way (out of memory, a bad datum late) adds nothing
                     self._restore_gradients(kept)
                 raise
             return types.ForwardBackwardOutput(
-                loss_fn_output_type="ArrayRecord", loss_fn_outputs=[outputs[i] for i in range(len(outputs))], metrics={"loss:sum": total}
+                loss_fn_output_type="ArrayRecord",
+                loss_fn_outputs=[outputs[i] for i in range(len(outputs))],
+                metrics={"loss:sum": total},
             )
 
         return run_in_order(run)
@@ -432,7 +442,9 @@ class LocalTrainingClient(TrainingClient):
         a second pass that backpropagates that gradient into the weights (Tinker's two phases)."""
         with lora.active(self._model, self._adapter) as model:
             with torch.no_grad():
-                scored = {i: lp for group, chunk in self._logprobs(model, batch) for i, lp in zip(group, chunk, strict=True)}
+                scored = {
+                    i: lp for group, chunk in self._logprobs(model, batch) for i, lp in zip(group, chunk, strict=True)
+                }
             leaves = [scored[i].detach().cpu().requires_grad_(True) for i in range(len(scored))]
             if isinstance(loss_fn, LossHandle):
                 loss, metrics = run_loss_handle(loss_fn, batch.data, leaves)
@@ -458,7 +470,9 @@ class LocalTrainingClient(TrainingClient):
         )
         if not bool(torch.isfinite(norm)):
             self._optimizer.zero_grad(set_to_none=True)
-            raise ValueError(f"The gradient norm is {float(norm)}: optimizer step refused, weights unchanged (check the loss inputs)")
+            raise ValueError(
+                f"The gradient norm is {float(norm)}: optimizer step refused, weights unchanged (check the loss inputs)"
+            )
         if params.grad_clip_norm > 0 and grads:
             torch.nn.utils.clip_grad_norm_(self._params, params.grad_clip_norm)
         for group in self._optimizer.param_groups:

@@ -67,9 +67,12 @@ async def main_async(argv: list[str]) -> int:
         tokenizer_dir = await asyncio.to_thread(trainer.tokenizer_folder)
         say(f"gemlab.atropos: run folder {trainer.run_dir}, step {trainer.step_index} of {config.max_steps}")
         say(
-            f"gemlab.atropos: serving {config.served_model_name or config.model_name!r} at {trainer.server.url}; start environments with "
-            f"--env.rollout_server_url {config.api_url} --openai.base_url {trainer.server.url} --openai.server_type sglang "
-            f"--openai.model_name {config.served_model_name or config.model_name} --openai.api_key {config.serve_api_key or 'local'} "
+            f"gemlab.atropos: serving {config.served_model_name or config.model_name!r} at "
+            f"{trainer.server.url}; start environments with "
+            f"--env.rollout_server_url {config.api_url} --openai.base_url {trainer.server.url} "
+            "--openai.server_type sglang "
+            f"--openai.model_name {config.served_model_name or config.model_name} --openai.api_key "
+            f"{config.serve_api_key or 'local'} "
             f"--openai.tokenizer_name {tokenizer_dir} --env.tokenizer_name {tokenizer_dir}"
         )
         await trainer.run(on_step=lambda m: say(_line(m)))
@@ -96,8 +99,10 @@ async def main_async(argv: list[str]) -> int:
 
 def _line(metrics: dict[str, float]) -> str:
     return (
-        f"step {int(metrics['step'])}: reward {metrics['sampler/episode_return']:.3f}, {int(metrics['sampler/num_episodes'])} sequences, "
-        f"staleness max {metrics['async/staleness_max']:.0f}, refused {int(metrics['atropos/groups_refused'])}, stale {int(metrics['atropos/groups_stale'])}, "
+        f"step {int(metrics['step'])}: reward {metrics['sampler/episode_return']:.3f}, "
+        f"{int(metrics['sampler/num_episodes'])} sequences, "
+        f"staleness max {metrics['async/staleness_max']:.0f}, refused "
+        f"{int(metrics['atropos/groups_refused'])}, stale {int(metrics['atropos/groups_stale'])}, "
         f"|logprob gap| {metrics.get('train/logprob_diff_abs', float('nan')):.4f}, {metrics['time/step']:.1f} s"
     )
 
@@ -113,7 +118,9 @@ async def _stop(trainer: AtroposTrainer, resume: str) -> str:
             await asyncio.shield(trainer.save_checkpoint())
             done = f"stopped after step {trainer.step_index}, checkpoint saved"
         except Exception as error:  # noqa: BLE001  (the sampler, the disk, the backend: keep what is done, say how to go on)
-            done = f"the checkpoint could not be saved ({type(error).__name__}: {error}); the one at step {last} is kept"
+            done = (
+                f"the checkpoint could not be saved ({type(error).__name__}: {error}); the one at step {last} is kept"
+            )
     await trainer.close()
     return f"{done}; resume with: {resume}"
 
@@ -125,8 +132,14 @@ def _plots(trainer: AtroposTrainer) -> None:
     from gemlab import plots
 
     name = trainer.run_dir.name
-    plots.save_figure(plots.plot_learning_curve(trainer.run_dir, smoothing=5, title=f"{name}: success rate"), trainer.run_dir / "learning_curve.png")
-    plots.save_figure(plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics"), trainer.run_dir / "diagnostics.png")
+    plots.save_figure(
+        plots.plot_learning_curve(trainer.run_dir, smoothing=5, title=f"{name}: success rate"),
+        trainer.run_dir / "learning_curve.png",
+    )
+    plots.save_figure(
+        plots.plot_diagnostics(trainer.run_dir, smoothing=5, title=f"{name}: training diagnostics"),
+        trainer.run_dir / "diagnostics.png",
+    )
     say(f"gemlab.atropos: done, {len(trainer.history)} steps in {trainer.run_dir}")
 
 

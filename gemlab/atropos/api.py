@@ -59,7 +59,10 @@ class ApiClient:
         """``GET /batch``: the next batch's scored groups, or None while there is none yet."""
         answer = await self._call("GET", "/batch")
         if answer.get("status") == "error":  # a restarted API has forgotten this trainer
-            self.say(f"gemlab.atropos: run-api at {self.url} does not know this trainer ({answer.get('message')}); registering again")
+            self.say(
+                f"gemlab.atropos: run-api at {self.url} does not know this trainer ({answer.get('message')}); "
+                "registering again"
+            )
             await self.register()
             answer = await self._call("GET", "/batch")
         batch = answer.get("batch")
@@ -91,14 +94,19 @@ def start_api(host: str, port: int, *, timeout: float = 60.0) -> subprocess.Pope
     try:
         import atroposlib  # noqa: F401  (only to say what is missing before starting anything)
     except ImportError:
-        raise ApiError("start_api=true needs atroposlib: pip install atroposlib (or point api_url at a running run-api)") from None
+        raise ApiError(
+            "start_api=true needs atroposlib: pip install atroposlib (or point api_url at a running run-api)"
+        ) from None
     command = [sys.executable, "-m", "atroposlib.cli.run_api", "--host", host, "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             error = (process.stderr.read() if process.stderr else "").strip().splitlines()
-            raise ApiError(f"run-api could not start on {host}:{port}: {error[-1] if error else f'exit status {process.returncode}'}")
+            raise ApiError(
+                f"run-api could not start on {host}:{port}: "
+                f"{error[-1] if error else f'exit status {process.returncode}'}"
+            )
         try:
             if httpx.get(f"http://{host}:{port}/", timeout=2).status_code == 200:
                 return process
@@ -139,5 +147,7 @@ async def wait_for(api: ApiClient, *, poll_seconds: float, timeout: float, say: 
                 say(f"gemlab.atropos: {error}; retrying")
             down = str(error)
         if time.monotonic() > deadline:
-            raise ApiError(down or f"no batch from run-api at {api.url} in {timeout:.0f} s: are environments posting to it?")
+            raise ApiError(
+                down or f"no batch from run-api at {api.url} in {timeout:.0f} s: are environments posting to it?"
+            )
         await asyncio.sleep(poll_seconds)

@@ -17,7 +17,16 @@ from gemlab.config import MAX_BATCH_SIZE, Config, TrainingConfig, parse_value, w
 from gemlab.model_names import TINY_CHAT
 
 # where run-api and the endpoint live: free to change when a run is resumed
-PLACE_FIELDS = ("api_url", "start_api", "poll_seconds", "batch_timeout", "serve_host", "serve_port", "served_model_name", "serve_api_key")
+PLACE_FIELDS = (
+    "api_url",
+    "start_api",
+    "poll_seconds",
+    "batch_timeout",
+    "serve_host",
+    "serve_port",
+    "served_model_name",
+    "serve_api_key",
+)
 
 
 def _above_zero(obj: Any, attr: str) -> None:
@@ -46,14 +55,24 @@ class AtroposConfig(TrainingConfig):
     max_staleness: int = with_default(TrainingConfig, "max_staleness", 3)  # older groups are dropped
     # Atropos's own
     init_state: str | None = chz.field(
-        default=None, doc="saved weights to start from instead of a fresh LoRA (a save_state path or folder, e.g. a warm-up's); a fresh optimizer"
+        default=None,
+        doc="saved weights to start from instead of a fresh LoRA (a save_state path or folder, e.g. a "
+        "warm-up's); a fresh optimizer",
     )
-    max_token_len: int = chz.field(default=2048, validator=_above_zero, doc="longest sequence trained on; longer groups are refused")
+    max_token_len: int = chz.field(
+        default=2048, validator=_above_zero, doc="longest sequence trained on; longer groups are refused"
+    )
     # run-api
     api_url: str = chz.field(default="http://127.0.0.1:8000", doc="atroposlib's run-api")
-    start_api: bool = chz.field(default=False, doc="start run-api at api_url's port (loopback) instead of joining a running one")
-    poll_seconds: float = chz.field(default=0.5, validator=_above_zero, doc="wait between /batch calls while none is ready")
-    batch_timeout: float = chz.field(default=600.0, validator=_above_zero, doc="stop (checkpoint saved) after this many seconds without a batch")
+    start_api: bool = chz.field(
+        default=False, doc="start run-api at api_url's port (loopback) instead of joining a running one"
+    )
+    poll_seconds: float = chz.field(
+        default=0.5, validator=_above_zero, doc="wait between /batch calls while none is ready"
+    )
+    batch_timeout: float = chz.field(
+        default=600.0, validator=_above_zero, doc="stop (checkpoint saved) after this many seconds without a batch"
+    )
     # the endpoint environments sample from
     serve_host: str = chz.field(default="127.0.0.1", doc="where the OpenAI/SGLang/vLLM-compatible endpoint listens")
     serve_port: int = chz.field(default=9001, validator=_port, doc="its port (0: a free one)")

@@ -64,11 +64,18 @@ def check_group(group: Any, *, max_sequences: int, max_token_len: int, vocab_siz
             raise Refused(f"a scored group needs a list {name!r}{hint}")
     sizes = {name: len(group[name]) for name in ("tokens", "masks", "scores", "inference_logprobs")}
     if len(set(sizes.values())) != 1 or not sizes["tokens"]:
-        raise Refused(f"a scored group needs as many tokens, masks, scores and inference_logprobs as it has sequences (>0), got {sizes}")
+        raise Refused(
+            "a scored group needs as many tokens, masks, scores and inference_logprobs as it has sequences "
+            f"(>0), got {sizes}"
+        )
     if sizes["tokens"] > max_sequences:
         raise Refused(f"a scored group of {sizes['tokens']} sequences is more than a batch ({max_sequences})")
-    for tokens, mask, logprobs, score in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["scores"], strict=True):
-        if not all(isinstance(x, list) for x in (tokens, mask, logprobs)) or not len(tokens) == len(mask) == len(logprobs):
+    for tokens, mask, logprobs, score in zip(
+        group["tokens"], group["masks"], group["inference_logprobs"], group["scores"], strict=True
+    ):
+        if not all(isinstance(x, list) for x in (tokens, mask, logprobs)) or not len(tokens) == len(mask) == len(
+            logprobs
+        ):
             raise Refused("each sequence needs lists of tokens, mask entries and logprobs of one length")
         if len(tokens) > max_token_len:
             raise Refused(f"a sequence of {len(tokens)} tokens is longer than max_token_len={max_token_len}")
@@ -79,7 +86,9 @@ def check_group(group: Any, *, max_sequences: int, max_token_len: int, vocab_siz
         if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
             raise Refused(f"a score must be a finite number, got {score!r}")
         written = [logprobs[i] for a, b in turns(mask) for i in range(a, b)]
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x <= 0 for x in written):
+        if not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x <= 0 for x in written
+        ):
             raise Refused("the logprobs of the tokens the model wrote must be finite numbers <= 0")
 
 
@@ -103,7 +112,14 @@ def group_version(episodes: Sequence[Episode], book: VersionBook) -> int | None:
 
 
 def convert(
-    batch: list[Any], step: int, book: VersionBook, *, max_staleness: int, max_sequences: int, max_token_len: int, vocab_size: int
+    batch: list[Any],
+    step: int,
+    book: VersionBook,
+    *,
+    max_staleness: int,
+    max_sequences: int,
+    max_token_len: int,
+    vocab_size: int,
 ) -> Converted:
     """The groups of ``batch`` as the episodes of ``step``: refused groups and groups sampled by
     weights more than ``max_staleness`` versions older than ``step`` are counted, not kept."""
@@ -117,7 +133,11 @@ def convert(
                 raise Refused("no sequence of the group has a token the model wrote after a prompt")
         except (Refused, ValueError) as error:
             out.refused += 1
-            out.sequences_dropped += len(group.get("tokens") or []) if isinstance(group, dict) and isinstance(group.get("tokens"), list) else 0
+            out.sequences_dropped += (
+                len(group.get("tokens") or [])
+                if isinstance(group, dict) and isinstance(group.get("tokens"), list)
+                else 0
+            )
             out.reasons.append(str(error))
             continue
         version = group_version(episodes, book)

@@ -55,10 +55,18 @@ def group_episodes(group: Mapping[str, Any], index: int) -> list[Episode]:
     episodes: list[Episode] = []
     for tokens, mask, token_logprobs, score in sequences:
         if not len(tokens) == len(mask) == len(token_logprobs):
-            raise ValueError(f"a sequence has {len(tokens)} tokens, {len(mask)} mask entries and {len(token_logprobs)} logprobs")
+            raise ValueError(
+                f"a sequence has {len(tokens)} tokens, {len(mask)} mask entries and {len(token_logprobs)} logprobs"
+            )
         spans = [(a, b) for a, b in turns(mask) if a > 0]  # a datum needs a prompt token before the turn
         transitions = [
-            Transition(obs_tokens=list(tokens[:a]), act_tokens=list(tokens[a:b]), act_logprobs=[float(x) for x in token_logprobs[a:b]], reward=0.0, done=False)
+            Transition(
+                obs_tokens=list(tokens[:a]),
+                act_tokens=list(tokens[a:b]),
+                act_logprobs=[float(x) for x in token_logprobs[a:b]],
+                reward=0.0,
+                done=False,
+            )
             for a, b in spans
         ]
         if transitions:
@@ -99,14 +107,17 @@ class EnvSampling:
     least ``step - max_staleness`` (ahead of the learner, ``sampling_ahead.AsyncRollouts``). Each
     snapshot is asked for right after the update its version counts (``weights_updated``)."""
 
-    def __init__(self, env: Any, training_client: Any, slot: SamplerSlot, *, groups: int, max_staleness: int, clock: float) -> None:
+    def __init__(
+        self, env: Any, training_client: Any, slot: SamplerSlot, *, groups: int, max_staleness: int, clock: float
+    ) -> None:
         self.env, self.training_client, self.slot, self.groups, self.clock = env, training_client, slot, groups, clock
         self.max_staleness = max_staleness
         self._latest: asyncio.Task[Weights] | None = None
         self._ahead: AsyncRollouts | None = None
 
     def _snapshot(self, version: int) -> asyncio.Task[Weights]:
-        future = self.training_client.save_weights_and_get_sampling_client()  # asked now: after exactly `version` updates
+        # asked now: after exactly `version` updates
+        future = self.training_client.save_weights_and_get_sampling_client()
 
         async def weights() -> Weights:
             return Weights(await future, version)
@@ -125,7 +136,10 @@ class EnvSampling:
             self._ahead.publish(asyncio.shield(self._snapshot(step)), step)
         if self._ahead is not None:
             ready, _ = await self._ahead.take(step)
-            return ready.batch, {"time/sample_start": ready.started - self.clock, "time/sample_end": ready.finished - self.clock}
+            return ready.batch, {
+                "time/sample_start": ready.started - self.clock,
+                "time/sample_end": ready.finished - self.clock,
+            }
         start = time.time()
         served = await self._latest if self._latest is not None else None
         if served is None or served.version != step:  # the first step: no snapshot yet
@@ -169,7 +183,9 @@ async def train(
     synchronous loop). Advantages, loss and learning rate come from ``config``
     (``advantage="grpo"`` compares the sequences of a group, as tinker-atropos does)."""
     clock = time.time()
-    sampling = EnvSampling(env, training_client, slot, groups=groups_per_step, max_staleness=config.max_staleness, clock=clock)
+    sampling = EnvSampling(
+        env, training_client, slot, groups=groups_per_step, max_staleness=config.max_staleness, clock=clock
+    )
     rows = []
     try:
         for step in range(first_step, first_step + steps):

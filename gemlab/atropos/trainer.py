@@ -35,7 +35,16 @@ class BatchSampling:
     (``groups.convert``). After each update the endpoint is handed the new weights."""
 
     def __init__(
-        self, api: ApiClient, training_client: Any, slot: SamplerSlot, book: VersionBook, config: AtroposConfig, vocab_size: int, *, clock: float, say: Callable[[str], None]
+        self,
+        api: ApiClient,
+        training_client: Any,
+        slot: SamplerSlot,
+        book: VersionBook,
+        config: AtroposConfig,
+        vocab_size: int,
+        *,
+        clock: float,
+        say: Callable[[str], None],
     ) -> None:
         self.api, self.training_client, self.slot, self.book, self.config = api, training_client, slot, book, config
         self.vocab_size, self.clock, self.say = vocab_size, clock, say
@@ -49,16 +58,27 @@ class BatchSampling:
         start = time.time()
         total = Converted()
         while not total.episodes:
-            groups = await wait_for(self.api, poll_seconds=self.config.poll_seconds, timeout=self.config.batch_timeout, say=self.say)
+            groups = await wait_for(
+                self.api, poll_seconds=self.config.poll_seconds, timeout=self.config.batch_timeout, say=self.say
+            )
             got = convert(
-                groups, step, self.book, max_staleness=self.config.max_staleness,
-                max_sequences=self.config.batch_size, max_token_len=self.config.max_token_len, vocab_size=self.vocab_size,
+                groups,
+                step,
+                self.book,
+                max_staleness=self.config.max_staleness,
+                max_sequences=self.config.batch_size,
+                max_token_len=self.config.max_token_len,
+                vocab_size=self.vocab_size,
             )
             for reason in got.reasons:
                 self.say(f"gemlab.atropos: step {step}: a /batch item was refused: {reason}")
             total = Converted(
-                total.episodes + got.episodes, total.groups + got.groups, total.refused + got.refused, total.stale + got.stale,
-                total.unversioned + got.unversioned, total.sequences_dropped + got.sequences_dropped,
+                total.episodes + got.episodes,
+                total.groups + got.groups,
+                total.refused + got.refused,
+                total.stale + got.stale,
+                total.unversioned + got.unversioned,
+                total.sequences_dropped + got.sequences_dropped,
             )
         self.last = total
         batch = RolloutBatch(episodes=total.episodes, num_dropped=total.sequences_dropped)
@@ -124,11 +144,13 @@ class AtroposTrainer:
             async def restore(path: str) -> None:
                 self.training_client = await self.service_client.create_training_client_from_state_with_optimizer(path)
 
-            def load(path: str) -> None:  # on the folder's thread: a checkpoint that cannot load falls back to the one before
+            # on the folder's thread: a checkpoint that cannot load falls back to the one before
+            def load(path: str) -> None:
                 asyncio.run_coroutine_threadsafe(restore(path), loop).result()
 
             self.step_index, self.history = await asyncio.to_thread(self.folder.resume, load)
-            if self.training_client is None and self.config.init_state:  # a new run from given weights, as cookbook's load_checkpoint_path
+            # a new run from given weights, as cookbook's load_checkpoint_path
+            if self.training_client is None and self.config.init_state:
                 self.training_client = await self.start_from(self.config.init_state)
             if self.training_client is None:
                 self.training_client = await self.service_client.create_lora_training_client(
@@ -146,13 +168,20 @@ class AtroposTrainer:
         app = create_app(slot, model_name=config.served_model_name or config.model_name, recorder=book, limits=limits)
         self.server = BackgroundServer(app, host=config.serve_host, port=config.serve_port)
         registration = {
-            "wandb_group": "gemlab", "wandb_project": "gemlab", "batch_size": config.batch_size, "max_token_len": config.max_token_len,
-            "checkpoint_dir": str(self.run_dir), "save_checkpoint_interval": config.save_every,
-            "starting_step": self.step_index, "num_steps": config.max_steps,
+            "wandb_group": "gemlab",
+            "wandb_project": "gemlab",
+            "batch_size": config.batch_size,
+            "max_token_len": config.max_token_len,
+            "checkpoint_dir": str(self.run_dir),
+            "save_checkpoint_interval": config.save_every,
+            "starting_step": self.step_index,
+            "num_steps": config.max_steps,
         }
         self.api = ApiClient(config.api_url, registration, say=self.say)
         await self.api.register_when_up(poll_seconds=config.poll_seconds, timeout=config.batch_timeout)
-        self.sampling = BatchSampling(self.api, self.training_client, slot, book, config, len(tokenizer), clock=self.clock, say=self.say)
+        self.sampling = BatchSampling(
+            self.api, self.training_client, slot, book, config, len(tokenizer), clock=self.clock, say=self.say
+        )
 
     async def start_from(self, path: str) -> Any:
         """A training client on the saved weights at ``path`` (a fresh optimizer), for ``model_name`` only."""
@@ -182,12 +211,15 @@ class AtroposTrainer:
         try:
             saved = json.loads(path.read_text())
         except (OSError, ValueError) as error:
-            raise RunFolderError(f"{path} cannot be read ({type(error).__name__}); repair it or choose another run_name") from None
+            raise RunFolderError(
+                f"{path} cannot be read ({type(error).__name__}); repair it or choose another run_name"
+            ) from None
         ignored = set(PLACE_FIELDS) | {"max_steps", "log_dir", "run_name", "allow_config_change", "keep_checkpoints"}
         changes = {k: v for k, v in config_changes(saved, chz.asdict(self.config)).items() if k not in ignored}
         if changes and not self.config.allow_config_change:
             raise RunFolderError(
-                f"run {self.run_dir} was started with a different config ({describe_changes(changes)}); to keep both, choose a new "
+                f"run {self.run_dir} was started with a different config ({describe_changes(changes)}); to "
+                "keep both, choose a new "
                 "run_name; to continue this run with the new values, add allow_config_change=true"
             )
         return {key: list(pair) for key, pair in changes.items()}

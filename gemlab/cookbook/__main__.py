@@ -15,7 +15,8 @@ from typing import Any
 
 import chz
 from chz.blueprint import EntrypointHelpException
-from chz.blueprint._entrypoint import EntrypointException  # the base of chz's argv errors; chz exports only the help one
+# the base of chz's argv errors; chz exports only the help one
+from chz.blueprint._entrypoint import EntrypointException
 from tinker.types import LossFnType
 
 from gemlab.env_ids import GUESS_EASY
@@ -67,7 +68,12 @@ class CLIConfig:
     @chz.validate
     def _check(self) -> None:
         check_gem_options(
-            self.env_id, self.env_wrappers, self.template, group_size=self.group_size, groups_per_batch=self.groups_per_batch, n_batches=self.n_batches
+            self.env_id,
+            self.env_wrappers,
+            self.template,
+            group_size=self.group_size,
+            groups_per_batch=self.groups_per_batch,
+            n_batches=self.n_batches,
         )
 
 

@@ -38,7 +38,9 @@ INSTALL = "pip install --no-deps tinker-cookbook==0.6.1 && pip install datasets 
 try:
     import tinker_cookbook.rl.train  # noqa: F401  (the cookbook and what its training loop imports)
 except ModuleNotFoundError as missing:
-    raise ModuleNotFoundError(f"gemlab.cookbook needs tinker-cookbook 0.6.1 (no module named {missing.name!r}): {INSTALL}") from None
+    raise ModuleNotFoundError(
+        f"gemlab.cookbook needs tinker-cookbook 0.6.1 (no module named {missing.name!r}): {INSTALL}"
+    ) from None
 from tinker_cookbook.completers import StopCondition  # noqa: E402
 from tinker_cookbook.renderers import Message, Renderer, get_renderer, get_text_content  # noqa: E402
 from tinker_cookbook.rl.types import Action, ActionExtra, Env, EnvGroupBuilder, Observation, RLDataset, RLDatasetBuilder, StepResult  # noqa: E402
@@ -78,7 +80,8 @@ class GemEnv(Env):
     def __init__(self, env: Any, first_message: str, renderer: Renderer):
         self.env = env
         self.renderer = renderer
-        # the cookbook imports NotRequired from typing (3.11+): checked as 3.10, Message's optional keys read as required
+        # the cookbook imports NotRequired from typing (3.11+): checked as 3.10, Message's optional keys read as
+        # required
         self.messages: list[Message] = [{"role": "user", "content": first_message}]  # type: ignore[typeddict-item]
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
@@ -95,7 +98,9 @@ class GemEnv(Env):
         return StepResult(
             reward=float(reward),
             episode_done=done,
-            next_observation=tinker.ModelInput.empty() if done else self.renderer.build_generation_prompt(self.messages),
+            next_observation=tinker.ModelInput.empty()
+            if done
+            else self.renderer.build_generation_prompt(self.messages),
             next_stop_condition=self.renderer.get_stop_sequences(),
             # any real number (numpy's too), as the cookbook's metrics hold them at run time
             metrics={key: value for key, value in (info or {}).items() if isinstance(value, numbers.Real)},  # type: ignore[misc]
@@ -116,9 +121,17 @@ class GemEnvGroupBuilder(EnvGroupBuilder):
     problem_seed: int
 
     async def make_envs(self) -> Sequence[Env]:
-        envs = make_envs(self.env_id, self.group_size, seed=self.problem_seed, env_wrappers=self.env_wrappers, group_size=self.group_size)
+        envs = make_envs(
+            self.env_id,
+            self.group_size,
+            seed=self.problem_seed,
+            env_wrappers=self.env_wrappers,
+            group_size=self.group_size,
+        )
         template = get_template(self.template)
-        return [GemEnv(env, user_message(template, env.reset(seed=self.problem_seed)[0]), self.renderer) for env in envs]
+        return [
+            GemEnv(env, user_message(template, env.reset(seed=self.problem_seed)[0]), self.renderer) for env in envs
+        ]
 
     def logging_tags(self) -> list[str]:
         return [self.env_id]
@@ -174,7 +187,12 @@ class GemDatasetBuilder(RLDatasetBuilder):
     @chz.validate
     def _check(self) -> None:
         check_gem_options(
-            self.env_id, self.env_wrappers, self.template, group_size=self.group_size, groups_per_batch=self.groups_per_batch, n_batches=self.n_batches
+            self.env_id,
+            self.env_wrappers,
+            self.template,
+            group_size=self.group_size,
+            groups_per_batch=self.groups_per_batch,
+            n_batches=self.n_batches,
         )
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:

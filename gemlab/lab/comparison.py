@@ -70,7 +70,9 @@ def runs_table(runs: Sequence[SavedRun]) -> pd.DataFrame:
         row: dict[str, Any] = {"run": run.name}
         row.update({key: _short(run.config.get(key)) for key in keys})
         success = run.metrics.get("sampler/success_rate")
-        row[f"final success (last {FINAL_WINDOW} steps)"] = round(float(success.tail(FINAL_WINDOW).mean()), 3) if success is not None and len(success) else None
+        row[f"final success (last {FINAL_WINDOW} steps)"] = (
+            round(float(success.tail(FINAL_WINDOW).mean()), 3) if success is not None and len(success) else None
+        )
         row["steps"] = f"{run.steps_done}/{run.config.get('max_steps', '?')}"
         row["status"] = _status(run)
         row["wall time (s)"] = wall_seconds(run.metrics)
@@ -100,7 +102,9 @@ def wall_seconds(metrics: pd.DataFrame) -> float | None:
     return round(float(steps.sum()), 1) if steps is not None else None
 
 
-def comparison_figure(runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARED_METRICS, *, smoothing: int = 1) -> Figure:
+def comparison_figure(
+    runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARED_METRICS, *, smoothing: int = 1
+) -> Figure:
     """One panel per metric, one colour per run (the same colour in every panel)."""
     metrics = list(metrics)
     fig = Figure(figsize=(5.2 * len(metrics), 3.6), constrained_layout=True)
@@ -109,19 +113,34 @@ def comparison_figure(runs: Sequence[SavedRun], metrics: Iterable[str] = COMPARE
     for ax, metric in zip(axes, metrics, strict=True):
         for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
             if metric in run.metrics:
-                ax.plot(run.metrics["step"], smooth(run.metrics[metric], smoothing), lw=2, color=f"C{index % 10}", label=label)
+                ax.plot(
+                    run.metrics["step"],
+                    smooth(run.metrics[metric], smoothing),
+                    lw=2,
+                    color=f"C{index % 10}",
+                    label=label,
+                )
         _decorate(ax, metric)
     if runs:  # below the panels: long labels of many runs never cover the curves
-        fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="outside lower center", ncols=1 + (len(runs) > 3))
+        fig.legend(
+            *axes[0].get_legend_handles_labels(), fontsize=8, loc="outside lower center", ncols=1 + (len(runs) > 3)
+        )
     else:
-        axes[0].text(0.5, 0.5, "no runs to compare yet: press Run", ha="center", va="center", transform=axes[0].transAxes)
+        axes[0].text(
+            0.5, 0.5, "no runs to compare yet: press Run", ha="center", va="center", transform=axes[0].transAxes
+        )
     suffix = f", moving average over {smoothing} steps" if smoothing > 1 else ""
     fig.suptitle(f"{len(runs)} run(s) compared{suffix}")
     return fig
 
 
 def live_figure(
-    metrics: pd.DataFrame, panels: Sequence[tuple[str, ...]], *, title: str, labels: dict[str, str] | None = None, min_span: float = 0.02
+    metrics: pd.DataFrame,
+    panels: Sequence[tuple[str, ...]],
+    *,
+    title: str,
+    labels: dict[str, str] | None = None,
+    min_span: float = 0.02,
 ) -> Figure:
     """The running run's curves: one panel per group of metrics, a point per step.
 
@@ -134,7 +153,14 @@ def live_figure(
     for ax, group in zip(axes, panels, strict=False):
         shown = [metric for metric in group if metric in metrics]
         for metric in shown:
-            ax.plot(metrics["step"], metrics[metric], marker="o", ms=3, lw=1.5, label=metric.split("_")[-1] if len(group) > 1 else None)
+            ax.plot(
+                metrics["step"],
+                metrics[metric],
+                marker="o",
+                ms=3,
+                lw=1.5,
+                label=metric.split("_")[-1] if len(group) > 1 else None,
+            )
         _decorate(ax, group[0], labels)
         if shown:
             floor_y_span(ax, min_span)

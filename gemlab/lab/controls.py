@@ -52,22 +52,69 @@ class Controls:
                 style=style,
                 layout=wide,
             ),
-            "gamma": widgets.FloatSlider(value=base.gamma, min=0.0, max=1.0, step=0.05, description="gamma", style=style, layout=wide),
-            "advantage": widgets.Dropdown(options=list(ADVANTAGES), value=base.advantage, description="advantage", style=style, layout=wide),
-            "loss_fn": widgets.Dropdown(options=list(LOSSES), value=base.loss_fn, description="loss", style=style, layout=wide),
+            "gamma": widgets.FloatSlider(
+                value=base.gamma, min=0.0, max=1.0, step=0.05, description="gamma", style=style, layout=wide
+            ),
+            "advantage": widgets.Dropdown(
+                options=list(ADVANTAGES), value=base.advantage, description="advantage", style=style, layout=wide
+            ),
+            "loss_fn": widgets.Dropdown(
+                options=list(LOSSES), value=base.loss_fn, description="loss", style=style, layout=wide
+            ),
             "clip_low_threshold": widgets.FloatSlider(
-                value=clip.get("clip_low_threshold", CLIP_DEFAULTS["clip_low_threshold"]), min=0.1, max=1.0, step=0.05, description="clip low", style=style, layout=wide
+                value=clip.get("clip_low_threshold", CLIP_DEFAULTS["clip_low_threshold"]),
+                min=0.1,
+                max=1.0,
+                step=0.05,
+                description="clip low",
+                style=style,
+                layout=wide,
             ),
             "clip_high_threshold": widgets.FloatSlider(
-                value=clip.get("clip_high_threshold", CLIP_DEFAULTS["clip_high_threshold"]), min=1.0, max=3.0, step=0.05, description="clip high", style=style, layout=wide
+                value=clip.get("clip_high_threshold", CLIP_DEFAULTS["clip_high_threshold"]),
+                min=1.0,
+                max=3.0,
+                step=0.05,
+                description="clip high",
+                style=style,
+                layout=wide,
             ),
-            "batch_size": widgets.IntSlider(value=base.batch_size, min=4, max=max(512, base.batch_size), step=4, description="batch size", style=style, layout=wide),
-            "num_env": widgets.IntSlider(value=base.num_env, min=1, max=max(64, base.num_env), description="num envs", style=style, layout=wide),
-            "lora_rank": widgets.Dropdown(options=sorted({*LORA_RANKS, base.lora_rank}), value=base.lora_rank, description="LoRA rank", style=style, layout=wide),
-            "temperature": widgets.FloatSlider(value=base.temperature, min=0.0, max=2.0, step=0.05, description="temperature", style=style, layout=wide),
-            "max_tokens": widgets.BoundedIntText(value=base.max_tokens, min=1, max=max(4096, base.max_tokens), description="max tokens", style=style, layout=wide),
-            "max_steps": widgets.IntSlider(value=base.max_steps, min=1, max=max(300, base.max_steps), description="steps", style=style, layout=wide),
-            "seed": widgets.BoundedIntText(value=base.seed, min=0, max=1_000_000, description="seed", style=style, layout=wide),
+            "batch_size": widgets.IntSlider(
+                value=base.batch_size,
+                min=4,
+                max=max(512, base.batch_size),
+                step=4,
+                description="batch size",
+                style=style,
+                layout=wide,
+            ),
+            "num_env": widgets.IntSlider(
+                value=base.num_env, min=1, max=max(64, base.num_env), description="num envs", style=style, layout=wide
+            ),
+            "lora_rank": widgets.Dropdown(
+                options=sorted({*LORA_RANKS, base.lora_rank}),
+                value=base.lora_rank,
+                description="LoRA rank",
+                style=style,
+                layout=wide,
+            ),
+            "temperature": widgets.FloatSlider(
+                value=base.temperature, min=0.0, max=2.0, step=0.05, description="temperature", style=style, layout=wide
+            ),
+            "max_tokens": widgets.BoundedIntText(
+                value=base.max_tokens,
+                min=1,
+                max=max(4096, base.max_tokens),
+                description="max tokens",
+                style=style,
+                layout=wide,
+            ),
+            "max_steps": widgets.IntSlider(
+                value=base.max_steps, min=1, max=max(300, base.max_steps), description="steps", style=style, layout=wide
+            ),
+            "seed": widgets.BoundedIntText(
+                value=base.seed, min=0, max=1_000_000, description="seed", style=style, layout=wide
+            ),
             "env_id": widgets.Combobox(
                 value=base.env_id,
                 options=[e for e in known_env_ids() if e.startswith("game:")],
@@ -82,8 +129,19 @@ class Controls:
         w = self.widgets
         self.box = widgets.HBox(
             [
-                widgets.VBox([w["learning_rate"], w["gamma"], w["advantage"], w["loss_fn"], w["clip_low_threshold"], w["clip_high_threshold"]]),
-                widgets.VBox([w["batch_size"], w["num_env"], w["lora_rank"], w["temperature"], w["max_tokens"], w["max_steps"]]),
+                widgets.VBox(
+                    [
+                        w["learning_rate"],
+                        w["gamma"],
+                        w["advantage"],
+                        w["loss_fn"],
+                        w["clip_low_threshold"],
+                        w["clip_high_threshold"],
+                    ]
+                ),
+                widgets.VBox(
+                    [w["batch_size"], w["num_env"], w["lora_rank"], w["temperature"], w["max_tokens"], w["max_steps"]]
+                ),
                 widgets.VBox([w["seed"], w["env_id"]]),
             ]
         )
@@ -121,7 +179,9 @@ class Controls:
         values = {**self.values(), **overrides}
         if overrides.get("loss_fn") and "loss_fn_config" not in overrides:
             takes_clip = "clip_low_threshold" in POLICY_LOSSES[values["loss_fn"]]
-            values["loss_fn_config"] = {name: float(f"{self.widgets[name].value:.4g}") for name in CLIP_DEFAULTS} if takes_clip else None
+            values["loss_fn_config"] = (
+                {name: float(f"{self.widgets[name].value:.4g}") for name in CLIP_DEFAULTS} if takes_clip else None
+            )
         if not values["env_id"]:
             raise ValueError("env id is empty: pick one such as game:GuessTheNumber-v0-easy")
         try:

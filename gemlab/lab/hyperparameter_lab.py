@@ -68,7 +68,9 @@ class HyperparameterLab:
 
         self.run_button = widgets.Button(description="Run", button_style="success", icon="play")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
-        self.preset_buttons = {name: widgets.Button(description=name, layout=widgets.Layout(width="auto")) for name in COMPARISONS}
+        self.preset_buttons = {
+            name: widgets.Button(description=name, layout=widgets.Layout(width="auto")) for name in COMPARISONS
+        }
         self.message = widgets.HTML()
         self.status = widgets.HTML("Set the controls and press <b>Run</b>.")
         # hidden until its first curve: an Image with no picture shows a broken-image icon
@@ -97,7 +99,9 @@ class HyperparameterLab:
                 header("Settings"),
                 self.controls.box,
                 widgets.HBox([self.run_button, self.stop_button]),
-                widgets.HBox([widgets.HTML("<b>Presets</b> (runs one after another):&nbsp;"), *self.preset_buttons.values()]),
+                widgets.HBox(
+                    [widgets.HTML("<b>Presets</b> (runs one after another):&nbsp;"), *self.preset_buttons.values()]
+                ),
                 self.message,
                 header("Live"),
                 self.status,
@@ -153,7 +157,9 @@ class HyperparameterLab:
         chosen_policy = self.watch_picker.value
         self.watch_picker.options = current + watchable[::-1]
         if self.watch_picker.options:
-            self.watch_picker.value = chosen_policy if chosen_policy in self.watch_picker.options else self.watch_picker.options[0]
+            self.watch_picker.value = (
+                chosen_policy if chosen_policy in self.watch_picker.options else self.watch_picker.options[0]
+            )
         self._draw_comparison()
 
     def watch(self) -> None:
@@ -223,12 +229,16 @@ class HyperparameterLab:
             warnings.simplefilter("ignore")  # shown when Run was pressed
             config = self.controls.config(run_name=self._new_run_name(), log_dir=str(self.log_dir), **overrides)
         self.status.value = f"Starting <b>{config.run_name}</b>{label}: loading the model..."
-        self.trainer = trainer = await asyncio.to_thread(Trainer, config, progress=False)  # checkpoints go in the run folder
+        # checkpoints go in the run folder
+        self.trainer = trainer = await asyncio.to_thread(Trainer, config, progress=False)
         self.refresh()
         step_times: list[float] = []
         self.redraw_budget = budget = RedrawBudget()
         self._live_steps, self.last_status = 0, ""
-        labels = {"train/kl_sample_train_v1": "sample-vs-train KL (nats)", "train/loss:sum": f"{config.loss_fn.replace('_', ' ')} loss (sum)"}
+        labels = {
+            "train/kl_sample_train_v1": "sample-vs-train KL (nats)",
+            "train/loss:sum": f"{config.loss_fn.replace('_', ' ')} loss (sum)",
+        }
         started = time.time()
 
         async def on_step(metrics: dict[str, float]) -> None:
@@ -239,19 +249,34 @@ class HyperparameterLab:
             eta = eta_seconds(step_times, total - done)
             if budget.due(final=done >= total):
                 with budget.drawing():
-                    await self._draw_live(pd.DataFrame(trainer.history), f"{config.run_name}: step {done}/{total}, loss {config.loss_fn}", labels)
+                    await self._draw_live(
+                        pd.DataFrame(trainer.history),
+                        f"{config.run_name}: step {done}/{total}, loss {config.loss_fn}",
+                        labels,
+                    )
             if len(step_times) == 1:  # the first curve point is on screen
                 self.first_point_seconds = time.time() - pressed
             self.status.value = (
-                f"<b>{html.escape(config.run_name or '')}</b>{label}: step {done} of {total} · success {metrics['sampler/success_rate']:.2f}"
-                f" · time to finish ≈ {format_seconds(eta or 0)} · first point {self.first_point_seconds:.1f} s after Run"
+                f"<b>{html.escape(config.run_name or '')}</b>{label}: step {done} of {total} · success "
+                f"{metrics['sampler/success_rate']:.2f}"
+                f" · time to finish ≈ {format_seconds(eta or 0)} · first point "
+                f"{self.first_point_seconds:.1f} s after Run"
             )
 
         try:
-            self.last_status = await train_until(trainer, config.max_steps, stop_requested=lambda: self._stop, on_step=on_step)
+            self.last_status = await train_until(
+                trainer, config.max_steps, stop_requested=lambda: self._stop, on_step=on_step
+            )
             if self._live_steps < len(trainer.history):  # stopped early: draw the last step
-                await self._draw_live(pd.DataFrame(trainer.history), f"{config.run_name}: {self.last_status} at step {trainer.step_index}", labels)
-            self._say(f"{config.run_name} {self.last_status} after {trainer.step_index} step(s); checkpoint saved in {trainer.run_dir}.")
+                await self._draw_live(
+                    pd.DataFrame(trainer.history),
+                    f"{config.run_name}: {self.last_status} at step {trainer.step_index}",
+                    labels,
+                )
+            self._say(
+                f"{config.run_name} {self.last_status} after {trainer.step_index} step(s); checkpoint saved in "
+                f"{trainer.run_dir}."
+            )
         except Exception as error:  # a failed step: say so in the widget, keep what was done
             self.last_status = "failed"
             kept = "the last checkpoint is kept"
@@ -261,14 +286,18 @@ class HyperparameterLab:
             self._say(f"{config.run_name} failed at step {trainer.step_index}: {error} ({kept})", error=True)
         finally:  # the status line ends with how the run ended: no time-to-finish left behind
             self.status.value = (
-                f"<b>{html.escape(config.run_name or '')}</b>{label}: {self.last_status or 'ended'} after {trainer.step_index} of"
-                f" {config.max_steps} steps, in {format_seconds(time.time() - started)} (live chart: {budget.overhead():.1%} of that time)"
+                f"<b>{html.escape(config.run_name or '')}</b>{label}: {self.last_status or 'ended'} after "
+                f"{trainer.step_index} of"
+                f" {config.max_steps} steps, in {format_seconds(time.time() - started)} (live chart: "
+                f"{budget.overhead():.1%} of that time)"
             )
             await asyncio.to_thread(trainer.close)
             self.refresh()
 
     async def _draw_live(self, frame: pd.DataFrame, title: str, labels: dict[str, str]) -> None:
-        self.live.value = await asyncio.to_thread(lambda: figure_png(live_figure(frame, LIVE_PANELS, title=title, labels=labels)))
+        self.live.value = await asyncio.to_thread(
+            lambda: figure_png(live_figure(frame, LIVE_PANELS, title=title, labels=labels))
+        )
         self.live.layout.display = None
         self.live_redraws += 1
         self._live_steps = len(frame)
@@ -282,8 +311,15 @@ class HyperparameterLab:
         self.comparison.value = figure_png(comparison_figure(runs))
         table = runs_table(runs)
         # cells wrap: a table of many runs and settings fits the output area instead of scrolling sideways
-        css = "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 8px; text-align: left; border-bottom: 1px solid #ddd}</style>"
-        self.table.value = css + table.to_html(index=False, border=0, classes="gemlab-runs") if len(table) else "<i>No runs chosen.</i>"
+        css = (
+            "<style>.gemlab-runs td, .gemlab-runs th {padding: 2px 8px; text-align: left; border-bottom: 1px "
+            "solid #ddd}</style>"
+        )
+        self.table.value = (
+            css + table.to_html(index=False, border=0, classes="gemlab-runs")
+            if len(table)
+            else "<i>No runs chosen.</i>"
+        )
 
     def _new_watch_service(self) -> Any:
         """Tinker, or a local backend writing the watched policies' sampler weights to a temp folder."""
@@ -297,7 +333,13 @@ class HyperparameterLab:
                 self._watch_service = await asyncio.to_thread(self._new_watch_service)
             run = read_run(path)
             # on a loop of its own, in a thread: the kernel's loop stays free while the model loads
-            episode = await asyncio.to_thread(asyncio.run, play_saved_policy(run, self._watch_service, seed=int(time.time()) % 10_000))
-            self.episode.value = episode_html(episode, gamma=run.config.get("gamma"), title=f"{path.name}, last checkpoint").source
+            episode = await asyncio.to_thread(
+                asyncio.run, play_saved_policy(run, self._watch_service, seed=int(time.time()) % 10_000)
+            )
+            self.episode.value = episode_html(
+                episode, gamma=run.config.get("gamma"), title=f"{path.name}, last checkpoint"
+            ).source
         except Exception as error:  # a missing or broken checkpoint: one line in the widget
-            self.episode.value = f"<div style='color:#b00020'>Cannot play {html.escape(path.name)}: {html.escape(str(error))}</div>"
+            self.episode.value = (
+                f"<div style='color:#b00020'>Cannot play {html.escape(path.name)}: {html.escape(str(error))}</div>"
+            )

@@ -71,7 +71,11 @@ def plot_datum(datum: Any, tokenizer: Any = None, *, context: int = 8, title: st
     zoom = np.arange(start, len(values))
     value_label = "advantage A (the transition's normalized return)" if name == "advantages" else "loss weight"
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(9, 1.9 + 0.3 * len(zoom)), constrained_layout=True, gridspec_kw={"height_ratios": [0.7, 0.3 * len(zoom)]}
+        2,
+        1,
+        figsize=(9, 1.9 + 0.3 * len(zoom)),
+        constrained_layout=True,
+        gridspec_kw={"height_ratios": [0.7, 0.3 * len(zoom)]},
     )
 
     top.broken_barh([(-0.5, first)], (0, 1), color="#bdbdbd")

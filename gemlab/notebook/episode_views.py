@@ -60,11 +60,18 @@ def outcome(episode: Episode) -> tuple[str, str]:
 _ROW = "display:flex; flex-wrap:wrap; gap:4px 8px; align-items:flex-start; text-align:left; padding:4px 0;"
 _COLUMNS = ("flex:0 0 56px;", "flex:3 1 320px; min-width:0;", "flex:2 1 220px; min-width:0;", "flex:0 0 110px;")
 # A text block (an observation, an action) that wraps at word boundaries and keeps its line breaks.
-TEXT_STYLE = "white-space:pre-wrap; overflow-wrap:break-word; word-break:normal; text-align:left; margin:0; padding:6px; border-radius:4px; font-size:12px; line-height:1.45;"
+TEXT_STYLE = (
+    "white-space:pre-wrap; overflow-wrap:break-word; word-break:normal; text-align:left; margin:0; "
+    "padding:6px; border-radius:4px; font-size:12px; line-height:1.45;"
+)
 
 
 def _row(cells: Sequence[str], extra: str = "") -> str:
-    return f'<div style="{_ROW}{extra}">' + "".join(f'<div style="{style}">{cell}</div>' for style, cell in zip(_COLUMNS, cells, strict=True)) + "</div>"
+    return (
+        f'<div style="{_ROW}{extra}">'
+        + "".join(f'<div style="{style}">{cell}</div>' for style, cell in zip(_COLUMNS, cells, strict=True))
+        + "</div>"
+    )
 
 
 def episode_html(
@@ -85,7 +92,8 @@ def episode_html(
     returns = discounted_returns(rewards, gamma) if gamma is not None else None
     state, color = outcome(episode)
     header = (
-        f'<div style="margin-bottom:6px; text-align:left"><b>{escape(title or f"Episode (env {episode.env_index})")}</b> — '
+        '<div style="margin-bottom:6px; '
+        f'text-align:left"><b>{escape(title or f"Episode (env {episode.env_index})")}</b> — '
         f'<span style="color:{color}; font-weight:700">{state}</span> after {episode.num_turns} turn(s), '
         f"total reward <b>{episode.total_reward:+.3g}</b></div>"
     )
@@ -99,7 +107,8 @@ def episode_html(
         if len(new) > max_chars:
             new = new[: max_chars // 2] + f"\n… ({len(new) - max_chars} characters cut) …\n" + new[-max_chars // 2 :]
         folded = (
-            f'<details style="color:#777"><summary style="cursor:pointer">history ({old.count(chr(10))} lines)</summary>'
+            f'<details style="color:#777"><summary style="cursor:pointer">history ({old.count(chr(10))} '
+            'lines)</summary>'
             f'<pre style="{TEXT_STYLE} padding:2px 0">{escape(old)}</pre></details>'
             if old
             else ""
@@ -117,7 +126,8 @@ def episode_html(
                 [
                     f'<b style="white-space:nowrap">turn {index}</b>',
                     f'{folded}<pre style="{TEXT_STYLE} background:#f3f3f3; color:#111">{escape(new)}</pre>',
-                    f'<pre style="{TEXT_STYLE} background:#e3f0ff; color:#0b3d91; border-left:3px solid #1565c0">{escape(action)}</pre>'
+                    f'<pre style="{TEXT_STYLE} background:#e3f0ff; color:#0b3d91; border-left:3px solid '
+                    f'#1565c0">{escape(action)}</pre>'
                     f'<div style="color:#666; font-size:11px">{" · ".join(notes)}</div>',
                     _reward_badge(transition.reward) + (done_note if transition.done else ""),
                 ],
@@ -125,10 +135,15 @@ def episode_html(
             )
         )
     body = "".join(rows)
-    return Html(f'<div style="border:1px solid #ccc; border-radius:6px; padding:8px; margin:4px 0; font-size:12.5px; text-align:left">{header}{body}</div>')
+    return Html(
+        '<div style="border:1px solid #ccc; border-radius:6px; padding:8px; margin:4px 0; font-size:12.5px; '
+        f'text-align:left">{header}{body}</div>'
+    )
 
 
-def episodes_html(episodes: Sequence[Episode], *, limit: int = 8, gamma: float | None = None, open_first: bool = True) -> Html:
+def episodes_html(
+    episodes: Sequence[Episode], *, limit: int = 8, gamma: float | None = None, open_first: bool = True
+) -> Html:
     """Several episodes, each folded under a one-line summary (the first one open)."""
     parts = []
     for index, episode in enumerate(episodes[:limit]):
@@ -139,7 +154,10 @@ def episodes_html(episodes: Sequence[Episode], *, limit: int = 8, gamma: float |
             f"{episode.num_turns} turn(s), return {episode.total_reward:+.3g}"
         )
         body = episode_html(episode, gamma=gamma, title=f"Episode {index}").source
-        parts.append(f'<details{" open" if open_first and index == 0 else ""}><summary style="cursor:pointer">{summary}</summary>{body}</details>')
+        parts.append(
+            f'<details{" open" if open_first and index == 0 else ""}><summary '
+            f'style="cursor:pointer">{summary}</summary>{body}</details>'
+        )
     more = f'<div style="color:#666">… and {len(episodes) - limit} more episodes</div>' if len(episodes) > limit else ""
     return Html("".join(parts) + more)
 
@@ -160,7 +178,9 @@ def episode_table(episodes: Sequence[Episode]) -> pd.DataFrame:
                 "cut at max_tokens": sum(t.stop_reason == "length" for t in episode.transitions),
             }
         )
-    return pd.DataFrame(rows, columns=["env", "turns", "return", "won", "invalid end", "action tokens", "cut at max_tokens"])
+    return pd.DataFrame(
+        rows, columns=["env", "turns", "return", "won", "invalid end", "action tokens", "cut at max_tokens"]
+    )
 
 
 def episode_stats(episodes: Sequence[Episode]) -> pd.DataFrame:

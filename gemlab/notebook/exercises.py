@@ -87,7 +87,9 @@ def _as_floats(value: Any, call: str) -> list[float]:
     try:
         return [float(v) for v in np.asarray(value, dtype=float).reshape(-1)]
     except (TypeError, ValueError) as error:
-        raise AssertionError(f"{call} should return a list of numbers, got {type(value).__name__}: {_short(value)}") from error
+        raise AssertionError(
+            f"{call} should return a list of numbers, got {type(value).__name__}: {_short(value)}"
+        ) from error
 
 
 def _as_float(value: Any, call: str) -> float:
@@ -192,10 +194,15 @@ def check_chat_prompt(fn: Callable[[str], str], tokenizer: Any) -> Callable[[str
             if not isinstance(got, str):
                 raise AssertionError(f"{call} should return a str, got {type(got).__name__}")  # noqa: TRY004 (a check failure)
             if got != expected:
-                at = next((i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b), min(len(got), len(expected)))
+                at = next(
+                    (i for i, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b),
+                    min(len(got), len(expected)),
+                )
                 diff = "\n".join(
                     "    " + line
-                    for line in difflib.ndiff([repr(x) for x in expected.splitlines(True)], [repr(x) for x in got.splitlines(True)])
+                    for line in difflib.ndiff(
+                        [repr(x) for x in expected.splitlines(True)], [repr(x) for x in got.splitlines(True)]
+                    )
                     if not line.startswith("?")
                 )
                 raise AssertionError(
@@ -222,7 +229,9 @@ def play_policy(env: Any, policy: Callable[[str], str], *, target: int | None = 
 
 
 def _transcript(episode: Episode) -> str:
-    return "\n".join(f"    turn {i}: action {t.action!r} -> reward {t.reward:+.3g}" for i, t in enumerate(episode.transitions))
+    return "\n".join(
+        f"    turn {i}: action {t.action!r} -> reward {t.reward:+.3g}" for i, t in enumerate(episode.transitions)
+    )
 
 
 def check_binary_search_policy(fn: Callable[[str], str]) -> Callable[[str], str]:
@@ -263,7 +272,9 @@ def check_binary_search_policy(fn: Callable[[str], str]) -> Callable[[str], str]
 
 
 # ----- 03_returns_and_rebn --------------------------------------------------------------------
-def check_discounted_returns(fn: Callable[[Sequence[float], float], Sequence[float]]) -> Callable[[Sequence[float], float], Sequence[float]]:
+def check_discounted_returns(
+    fn: Callable[[Sequence[float], float], Sequence[float]],
+) -> Callable[[Sequence[float], float], Sequence[float]]:
     """``fn(rewards, gamma) -> returns``, compared with ``gemlab.returns.discounted_returns``."""
     cases = [
         ([0.0, 0.0, 1.0], 0.9),
@@ -283,7 +294,11 @@ def check_discounted_returns(fn: Callable[[Sequence[float], float], Sequence[flo
             hint = ""
             if got == expected[::-1] and got != expected:
                 hint = "the returns come out reversed: G_0 belongs to the FIRST turn"
-            elif len(got) == len(expected) and gamma not in (0.0, 1.0) and all(_close(g, e) for g, e in zip(got, discounted_returns(rewards[::-1], gamma)[::-1], strict=True)):
+            elif (
+                len(got) == len(expected)
+                and gamma not in (0.0, 1.0)
+                and all(_close(g, e) for g, e in zip(got, discounted_returns(rewards[::-1], gamma)[::-1], strict=True))
+            ):
                 hint = "you discounted towards the past; G_t sums the rewards from t onwards"
             _assert_lists_close(call, got, expected, "gemlab.returns.discounted_returns", hint)
         return f"matches gemlab.returns.discounted_returns on {len(cases)} cases."
@@ -309,10 +324,21 @@ def check_rebn(fn: Callable[[Sequence[float]], Sequence[float]]) -> Callable[[Se
             expected = rebn(returns)
             hint = ""
             n = len(returns)
-            if n > 1 and len(got) == n and any(e != 0 for e in expected) and all(_close(g, e * math.sqrt(n / (n - 1))) for g, e in zip(got, expected, strict=True)):
-                hint = "that is the population std (divide by n); ReBN uses the unbiased std (divide by n - 1), like torch.std"
+            if (
+                n > 1
+                and len(got) == n
+                and any(e != 0 for e in expected)
+                and all(_close(g, e * math.sqrt(n / (n - 1))) for g, e in zip(got, expected, strict=True))
+            ):
+                hint = (
+                    "that is the population std (divide by n); ReBN uses the unbiased std (divide by n - 1), "
+                    "like torch.std"
+                )
             elif len(set(returns)) == 1:
-                hint = "when every return is equal the std is 0: the 1e-9 in the denominator makes every advantage 0 (not nan)"
+                hint = (
+                    "when every return is equal the std is 0: the 1e-9 in the denominator makes every "
+                    "advantage 0 (not nan)"
+                )
             _assert_lists_close(call, got, expected, "gemlab.returns.rebn", hint)
         return f"matches gemlab.returns.rebn on {len(cases)} batches."
 
@@ -333,15 +359,25 @@ def check_action_mask(fn: Callable[[int, int], Sequence[float]]) -> Callable[[in
             expected = [1.0 if a != 0 else 0.0 for a in datum.loss_fn_inputs["advantages"].tolist()]
             hint = ""
             if len(got) == prompt + action:
-                hint = "a datum is shifted by one (input = seq[:-1], target = seq[1:]): it has prompt + action - 1 positions"
-            _assert_lists_close(call, got, expected, "the advantages of gemlab.datums.policy_gradient_datum (non-zero = 1)", hint)
+                hint = (
+                    "a datum is shifted by one (input = seq[:-1], target = seq[1:]): it has prompt + action - "
+                    "1 positions"
+                )
+            _assert_lists_close(
+                call, got, expected, "the advantages of gemlab.datums.policy_gradient_datum (non-zero = 1)", hint
+            )
         return f"matches gemlab.datums.policy_gradient_datum on {len(cases)} shapes."
 
     return _run_check("action_mask", fn, body)
 
 
 def _reference_is_loss(lp: Any, q: Any, a: Any) -> float:
-    return float(np.sum(-np.exp(np.asarray(lp, dtype=np.float64) - np.asarray(q, dtype=np.float64)) * np.asarray(a, dtype=np.float64)))
+    return float(
+        np.sum(
+            -np.exp(np.asarray(lp, dtype=np.float64) - np.asarray(q, dtype=np.float64))
+            * np.asarray(a, dtype=np.float64)
+        )
+    )
 
 
 def check_importance_sampling_loss(fn: Callable[[Any, Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
@@ -367,7 +403,10 @@ def check_importance_sampling_loss(fn: Callable[[Any, Any, Any], Any]) -> Callab
             expected = _reference_is_loss(*(t.numpy() for t in tensors))
             hint = ""
             if _close(got, -expected):
-                hint = "sign: the loss is MINUS ratio times advantage (gradient descent then raises good actions' logprobs)"
+                hint = (
+                    "sign: the loss is MINUS ratio times advantage (gradient descent then raises good actions' "
+                    "logprobs)"
+                )
             elif _close(got, expected / len(lp)) and len(lp) > 1:
                 hint = "Tinker's built-in losses SUM over tokens, they never average"
             elif _close(got, _reference_is_loss(q, lp, a)):
@@ -381,10 +420,18 @@ def check_importance_sampling_loss(fn: Callable[[Any, Any, Any], Any]) -> Callab
 
 
 # ----- 05_plotting_results --------------------------------------------------------------------
-def check_moving_average(fn: Callable[[Sequence[float], int], Sequence[float]]) -> Callable[[Sequence[float], int], Sequence[float]]:
+def check_moving_average(
+    fn: Callable[[Sequence[float], int], Sequence[float]],
+) -> Callable[[Sequence[float], int], Sequence[float]]:
     """``fn(values, window) -> smoothed``, compared with ``gemlab.plots.smooth`` (trailing mean)."""
     rng = np.random.default_rng(5)
-    cases = [([1.0, 2.0, 3.0, 4.0], 2), ([5.0], 3), ([0.2, 0.4, 0.1], 1), (rng.random(30).round(3).tolist(), 5), ([0.0, 1.0, 0.0, 1.0], 10)]
+    cases = [
+        ([1.0, 2.0, 3.0, 4.0], 2),
+        ([5.0], 3),
+        ([0.2, 0.4, 0.1], 1),
+        (rng.random(30).round(3).tolist(), 5),
+        ([0.0, 1.0, 0.0, 1.0], 10),
+    ]
 
     def body(fn: Callable[..., Any]) -> str:
         for values, window in cases:

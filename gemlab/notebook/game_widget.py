@@ -40,7 +40,9 @@ class InteractiveGame:
         self.action_box.observe(lambda change: self.play(change["new"]) if change["new"] else None, names="value")
         self.play_button.on_click(lambda _: self.play(self.action_box.value))
         self.new_button.on_click(lambda _: self.new_game())
-        controls = widgets.HBox([self.action_box, self.play_button, self.new_button], layout=widgets.Layout(flex_flow="row wrap"))
+        controls = widgets.HBox(
+            [self.action_box, self.play_button, self.new_button], layout=widgets.Layout(flex_flow="row wrap")
+        )
         self.widget = widgets.VBox([controls, self.message, self.output])
         self.new_game()
 
@@ -60,7 +62,10 @@ class InteractiveGame:
         """Send ``action`` to the env and record the turn; refused (with a message) once the game is over."""
         if self.done:
             self.action_box.value = ""
-            self._draw(f"The game is over ({self.status}): <b>{escape(action)}</b> was not played. Press <b>New game</b> to play again.")
+            self._draw(
+                f"The game is over ({self.status}): <b>{escape(action)}</b> was not played. Press <b>New "
+                "game</b> to play again."
+            )
             return
         if not action.strip():
             self._draw("Type an action first, e.g. <code>\\boxed{5}</code>.")
@@ -74,7 +79,8 @@ class InteractiveGame:
     def _draw(self, message: str) -> None:
         status, color = outcome(self.episode) if self.episode.transitions else ("in progress", "#1565c0")
         self.message.value = (
-            f'<div style="text-align:left">Game <b style="color:{color}">{status}</b> after {self.episode.num_turns} turn(s)'
+            f'<div style="text-align:left">Game <b style="color:{color}">{status}</b> after '
+            f'{self.episode.num_turns} turn(s)'
             + (f' — <span style="color:#c62828">{message}</span>' if message else "")
             + "</div>"
         )
@@ -82,11 +88,25 @@ class InteractiveGame:
             # what the final observation adds, without the prompt for a guess that will never come
             added = new_text(self.episode.transitions[-1].observation, self.observation)[1]
             last = " ".join(line for line in added.splitlines() if line.strip() and not line.startswith("Enter your"))
-            status_html = f'<div style="margin-top:6px; text-align:left"><b>Game over.</b> The game\'s last words: <i>{escape(last)}</i> Press <b>New game</b> to play again.</div>'
+            status_html = (
+                '<div style="margin-top:6px; text-align:left"><b>Game over.</b> The game\'s last words: '
+                f'<i>{escape(last)}</i> Press <b>New game</b> to play again.</div>'
+            )
         else:  # only what the game just said (the history repeats below), right under the action box
-            said = new_text(self.episode.transitions[-1].observation, self.observation)[1] if self.episode.transitions else self.observation
-            status_html = f'<div style="margin-top:6px; text-align:left">The game says:</div><pre style="{TEXT_STYLE} background:#f3f3f3; color:#111">{escape(said.strip())}</pre>'
-        history = episode_html(self.episode, gamma=self.gamma, title="Your game so far").source if self.episode.transitions else ""
+            said = (
+                new_text(self.episode.transitions[-1].observation, self.observation)[1]
+                if self.episode.transitions
+                else self.observation
+            )
+            status_html = (
+                f'<div style="margin-top:6px; text-align:left">The game says:</div><pre style="{TEXT_STYLE} '
+                f'background:#f3f3f3; color:#111">{escape(said.strip())}</pre>'
+            )
+        history = (
+            episode_html(self.episode, gamma=self.gamma, title="Your game so far").source
+            if self.episode.transitions
+            else ""
+        )
         self.output.value = status_html + history  # the newest first: no scrolling down to read the hint
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

@@ -34,7 +34,8 @@ def side_by_side(blocks: Mapping[str, Html | str], *, min_width: int = 380) -> H
     """Blocks (episode viewers, token views) next to each other under their names; in a window
     too narrow for two columns of ``min_width`` pixels they stack."""
     columns = "".join(
-        f'<div style="flex:1 1 {min_width}px; min-width:0; text-align:left"><div style="font-weight:700; font-size:14px; margin:2px 0 4px">{escape(name)}</div>{block}</div>'
+        f'<div style="flex:1 1 {min_width}px; min-width:0; text-align:left"><div style="font-weight:700; '
+        f'font-size:14px; margin:2px 0 4px">{escape(name)}</div>{block}</div>'
         for name, block in blocks.items()
     )
     return Html(f'<div style="display:flex; flex-wrap:wrap; gap:12px; align-items:flex-start">{columns}</div>')

@@ -62,7 +62,10 @@ class LiveMetrics:
     def summary(self) -> str:
         """What the live chart cost: redraws, seconds, share of the wall time since it was made."""
         b = self.budget
-        return f"live chart: {b.redraws} redraw(s) for {len(self.rows)} step(s), {b.spent:.1f} s, {b.overhead():.1%} of the wall time"
+        return (
+            f"live chart: {b.redraws} redraw(s) for {len(self.rows)} step(s), {b.spent:.1f} s, "
+            f"{b.overhead():.1%} of the wall time"
+        )
 
     def _redraw(self) -> None:
         import matplotlib.pyplot as plt
@@ -111,12 +114,17 @@ class LiveMetrics:
         if self.total is not None:  # the whole run's span, so the curves grow into it
             last = max(last, first + self.total - 1)
         last = max(last, first + 2)  # at least three whole steps: a lone point gets integer ticks too
-        fig, axes = plt.subplots(1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(self.metrics), figsize=(4.2 * len(self.metrics), 3.2), constrained_layout=True, squeeze=False
+        )
         for ax, metric in zip(axes[0], self.metrics, strict=True):
             if metric in frame:  # a metric logged every N steps (eval/*) is drawn where it was logged
                 points = frame.dropna(subset=[metric])
-                (line,) = ax.plot(points["step"], points[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5)
-                if f"{metric}_low" in points:  # its 95% interval: a band between points, a bar at each (a lone point has no band)
+                (line,) = ax.plot(
+                    points["step"], points[metric], marker="o", markersize=5 if len(frame) <= 30 else 2.5, lw=1.5
+                )
+                # its 95% interval: a band between points, a bar at each (a lone point has no band)
+                if f"{metric}_low" in points:
                     low, high = points[f"{metric}_low"], points[f"{metric}_high"]
                     ax.fill_between(points["step"], low, high, alpha=0.2, color=line.get_color())
                     ax.vlines(points["step"], low, high, color=line.get_color(), alpha=0.6, lw=2)
@@ -133,7 +141,9 @@ class LiveMetrics:
         return fig
 
 
-def metrics_table(rows: Iterable[Mapping[str, float]], columns: Sequence[str] | None = None, *, readable: bool = False) -> pd.DataFrame:
+def metrics_table(
+    rows: Iterable[Mapping[str, float]], columns: Sequence[str] | None = None, *, readable: bool = False
+) -> pd.DataFrame:
     """Training metrics (``trainer.history``) as a table indexed by step, selected columns only.
 
     ``readable`` names the columns by their labels (``"turns per episode"`` rather than

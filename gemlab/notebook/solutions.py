@@ -71,7 +71,9 @@ def action_mask(num_prompt_tokens: int, num_action_tokens: int) -> list[float]:
     return [0.0] * (num_prompt_tokens - 1) + [1.0] * num_action_tokens
 
 
-def importance_sampling_loss(learner_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+def importance_sampling_loss(
+    learner_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, advantages: torch.Tensor
+) -> torch.Tensor:
     """Tinker's ``importance_sampling`` loss: ``sum(-exp(lp - q) * A)`` over every token."""
     return (-torch.exp(learner_logprobs - sampler_logprobs) * advantages).sum()
 

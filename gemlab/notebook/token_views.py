@@ -18,7 +18,9 @@ from gemlab.templates import TEMPLATES, get_template
 # in JupyterLab's light and dark themes alike.
 SPAN_COLORS = ("#ffe3a3", "#b9e6ff", "#ffc9de", "#c8f2c2", "#e2d4ff")
 SPECIAL_COLOR = "#4b4b4b"
-_BASE_CSS = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.9;"
+_BASE_CSS = (
+    "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; line-height: 1.9;"
+)
 
 
 def token_strings(token_ids: Sequence[int], tokenizer: Any) -> list[str]:
@@ -113,7 +115,8 @@ def compare_templates(observation: str, tokenizer: Any, names: Sequence[str] | N
         ids = template.render(observation, tokenizer)
         spans = render_tokens(ids, tokenizer).source
         cards.append(
-            '<div style="flex:1 1 420px; min-width:320px; border:1px solid #ccc; border-radius:6px; padding:8px; margin:4px;">'
+            '<div style="flex:1 1 420px; min-width:320px; border:1px solid #ccc; border-radius:6px; '
+            'padding:8px; margin:4px;">'
             f'<div style="font-weight:700">{escape(name)} <span style="font-weight:400; color:#666">'
             f"— {len(ids)} tokens</span></div>"
             f'<div style="color:#666; font-size:12px; margin-bottom:6px">{escape(template.description)}</div>'
@@ -122,12 +125,16 @@ def compare_templates(observation: str, tokenizer: Any, names: Sequence[str] | N
     return Html(f'<div style="display:flex; flex-wrap:wrap">{"".join(cards)}</div>')
 
 
-def template_token_counts(observations: Sequence[str], tokenizer: Any, names: Sequence[str] | None = None) -> pd.DataFrame:
+def template_token_counts(
+    observations: Sequence[str], tokenizer: Any, names: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Prompt length in tokens for each observation (rows) under each template (columns)."""
     names = list(names or TEMPLATES)
     rows = []
     for observation in observations:
-        row: dict[str, str | int] = {"observation (start)": observation[:40].replace("\n", " ") + ("…" if len(observation) > 40 else "")}
+        row: dict[str, str | int] = {
+            "observation (start)": observation[:40].replace("\n", " ") + ("…" if len(observation) > 40 else "")
+        }
         row["characters"] = len(observation)
         for name in names:
             row[name] = len(get_template(name).render(observation, tokenizer))

@@ -7,7 +7,13 @@ from gemlab.notebook.episode_views import episode_html, episode_stats, episode_t
 from gemlab.notebook.game_widget import InteractiveGame
 from gemlab.notebook.html_block import Html, side_by_side
 from gemlab.notebook.live_metrics import LiveMetrics, metrics_table
-from gemlab.notebook.token_views import compare_templates, logprob_table, render_tokens, template_token_counts, token_strings
+from gemlab.notebook.token_views import (
+    compare_templates,
+    logprob_table,
+    render_tokens,
+    template_token_counts,
+    token_strings,
+)
 
 __all__ = [
     "Html",

@@ -47,15 +47,27 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Limits]:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--backend", default="auto", choices=BACKENDS, help="'auto': Tinker if TINKER_API_KEY is set")
     parser.add_argument("--served-model-name", default=None, help="the model id clients send (default: --model)")
-    parser.add_argument("--api-key", default=None, help=f"key clients send as 'Authorization: Bearer KEY' (default: ${KEY_VARIABLE}; required beyond loopback)")
-    parser.add_argument("--allowed-host", action="append", default=[], help="another Host name clients may use (repeatable)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"key clients send as 'Authorization: Bearer KEY' (default: ${KEY_VARIABLE}; required beyond loopback)",
+    )
+    parser.add_argument(
+        "--allowed-host", action="append", default=[], help="another Host name clients may use (repeatable)"
+    )
     parser.add_argument("--max-body-mb", type=float, default=4.0, help="largest request body in MiB (default 4)")
-    parser.add_argument("--max-concurrent", type=int, default=64, help="requests served at once; more get 503 (default 64)")
+    parser.add_argument(
+        "--max-concurrent", type=int, default=64, help="requests served at once; more get 503 (default 64)"
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.exit(2, f"--port must be in 0..65535, got {args.port}\n")
     if not 0 < args.max_body_mb <= 1024 or args.max_concurrent < 1:
-        parser.exit(2, f"--max-body-mb must be in (0, 1024] and --max-concurrent at least 1, got {args.max_body_mb} and {args.max_concurrent}\n")
+        parser.exit(
+            2,
+            f"--max-body-mb must be in (0, 1024] and --max-concurrent at least 1, got {args.max_body_mb} and "
+            f"{args.max_concurrent}\n",
+        )
     key = args.api_key or os.environ.get(KEY_VARIABLE) or None
     if not is_loopback(args.host) and key is None:
         parser.exit(2, f"--host {args.host} reaches beyond this machine: set --api-key or ${KEY_VARIABLE}\n")

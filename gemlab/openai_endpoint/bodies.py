@@ -26,7 +26,9 @@ def _usage(generation: Generation) -> dict[str, int]:
 
 def _alternatives(top: list[tuple[int, float]], tokenizer: Any) -> list[dict[str, Any]]:
     pieces = token_pieces([t for t, _ in top], tokenizer)
-    return [{"token": p, "logprob": lp, "bytes": list(p.encode("utf-8"))} for p, (_, lp) in zip(pieces, top, strict=True)]
+    return [
+        {"token": p, "logprob": lp, "bytes": list(p.encode("utf-8"))} for p, (_, lp) in zip(pieces, top, strict=True)
+    ]
 
 
 def _top(choice: Choice, start: int, count: int) -> list[list[tuple[int, float]]]:
@@ -41,14 +43,21 @@ def _chat_logprobs(choice: Choice, tokenizer: Any, start: int = 0, count: int | 
     pieces = token_pieces(token_ids, tokenizer)
     return {
         "content": [
-            {"token": piece, "logprob": lp, "bytes": list(piece.encode("utf-8")), "top_logprobs": _alternatives(top, tokenizer)}
+            {
+                "token": piece,
+                "logprob": lp,
+                "bytes": list(piece.encode("utf-8")),
+                "top_logprobs": _alternatives(top, tokenizer),
+            }
             for piece, lp, top in zip(pieces, logprobs, _top(choice, start, count), strict=True)
         ],
         "refusal": None,
     }
 
 
-def _completion_logprobs(choice: Choice, tokenizer: Any, offset: int, start: int = 0, count: int | None = None) -> dict[str, Any]:
+def _completion_logprobs(
+    choice: Choice, tokenizer: Any, offset: int, start: int = 0, count: int | None = None
+) -> dict[str, Any]:
     count = len(choice.token_ids) - start if count is None else count
     pieces = token_pieces(choice.token_ids[start : start + count], tokenizer)
     offsets = []
@@ -58,7 +67,12 @@ def _completion_logprobs(choice: Choice, tokenizer: Any, offset: int, start: int
     top = None
     if choice.top_logprobs is not None:
         top = [{a["token"]: a["logprob"] for a in _alternatives(row, tokenizer)} for row in _top(choice, start, count)]
-    return {"tokens": pieces, "token_logprobs": choice.logprobs[start : start + count], "top_logprobs": top, "text_offset": offsets}
+    return {
+        "tokens": pieces,
+        "token_logprobs": choice.logprobs[start : start + count],
+        "top_logprobs": top,
+        "text_offset": offsets,
+    }
 
 
 def _extensions(generation: Generation) -> dict[str, Any]:
@@ -120,16 +134,49 @@ def sse(chunks: list[dict[str, Any]]) -> StreamingResponse:
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
-def chat_chunks(generation: Generation, tokenizer: Any, logprobs: bool, include_usage: bool) -> Iterator[dict[str, Any]]:
-    """A streamed ``chat.completion.chunk`` sequence: per choice its role, each token's text (a tool call whole), its finish."""
-    head = {"id": generation.id, "object": "chat.completion.chunk", "created": generation.created, "model": generation.model}
+def chat_chunks(
+    generation: Generation, tokenizer: Any, logprobs: bool, include_usage: bool
+) -> Iterator[dict[str, Any]]:
+    """A streamed ``chat.completion.chunk`` sequence: per choice its role, each token's text (a tool call whole), its
+    finish."""
+    head = {
+        "id": generation.id,
+        "object": "chat.completion.chunk",
+        "created": generation.created,
+        "model": generation.model,
+    }
     for choice in generation.choices:
-        yield {**head, "choices": [{"index": choice.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}], **_extensions(generation)}
+        yield {
+            **head,
+            "choices": [
+                {
+                    "index": choice.index,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+            **_extensions(generation),
+        }
         if choice.tool_calls:  # the content before the calls, then each call whole
             if choice.content:
-                yield {**head, "choices": [{"index": choice.index, "delta": {"content": choice.content}, "logprobs": None, "finish_reason": None}]}
+                yield {
+                    **head,
+                    "choices": [
+                        {
+                            "index": choice.index,
+                            "delta": {"content": choice.content},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                }
             calls = [{"index": i, **call} for i, call in enumerate(choice.tool_calls)]
-            delta = {"index": choice.index, "delta": {"tool_calls": calls}, "logprobs": _chat_logprobs(choice, tokenizer) if logprobs else None}
+            delta = {
+                "index": choice.index,
+                "delta": {"tool_calls": calls},
+                "logprobs": _chat_logprobs(choice, tokenizer) if logprobs else None,
+            }
             yield {**head, "choices": [{**delta, "finish_reason": None, "token_ids": choice.token_ids}]}
         else:
             for i, text_delta in enumerate(text_deltas(choice, tokenizer)):
@@ -140,12 +187,17 @@ def chat_chunks(generation: Generation, tokenizer: Any, logprobs: bool, include_
                     "finish_reason": None,
                     "token_ids": [choice.token_ids[i]],
                 }]}  # fmt: skip
-        yield {**head, "choices": [{"index": choice.index, "delta": {}, "logprobs": None, "finish_reason": choice.finish_reason}]}
+        yield {
+            **head,
+            "choices": [{"index": choice.index, "delta": {}, "logprobs": None, "finish_reason": choice.finish_reason}],
+        }
     if include_usage:
         yield {**head, "choices": [], "usage": _usage(generation)}
 
 
-def completion_chunks(generation: Generation, tokenizer: Any, logprobs: bool, include_usage: bool) -> Iterator[dict[str, Any]]:
+def completion_chunks(
+    generation: Generation, tokenizer: Any, logprobs: bool, include_usage: bool
+) -> Iterator[dict[str, Any]]:
     """A streamed ``text_completion`` sequence: per choice each token's text, then its finish."""
     head = {"id": generation.id, "object": "text_completion", "created": generation.created, "model": generation.model}
     for choice in generation.choices:
@@ -160,6 +212,9 @@ def completion_chunks(generation: Generation, tokenizer: Any, logprobs: bool, in
                 "token_ids": [token],
             }], **_extensions(generation)}  # fmt: skip
             offset += len(tokenizer.decode([token], skip_special_tokens=False))
-        yield {**head, "choices": [{"index": choice.index, "text": "", "logprobs": None, "finish_reason": choice.finish_reason}]}
+        yield {
+            **head,
+            "choices": [{"index": choice.index, "text": "", "logprobs": None, "finish_reason": choice.finish_reason}],
+        }
     if include_usage:
         yield {**head, "choices": [], "usage": _usage(generation)}

@@ -112,7 +112,9 @@ def check_text_fits(text: str, limit: int | None, tokenizer: Any, param: str) ->
         )
 
 
-def chat_prompt(request: ChatCompletionRequest, tokenizer: Any, limit: int | None) -> tuple[list[int], str, list[dict[str, Any]]]:
+def chat_prompt(
+    request: ChatCompletionRequest, tokenizer: Any, limit: int | None
+) -> tuple[list[int], str, list[dict[str, Any]]]:
     """Token ids of the conversation (and its tools) in the model's own chat template, ready for
     the reply; ``limit`` is the context length, checked before tokenizing."""
     text, messages = render_chat(request, tokenizer)
@@ -134,10 +136,17 @@ def completion_prompt(request: CompletionRequest, tokenizer: Any, limit: int | N
     else:
         prompt = cast(list[int], prompt)  # token ids: a list of strings became its first string above
         if limit is not None and len(prompt) > limit:
-            raise OpenAIError(400, f"the prompt has {len(prompt)} tokens; the context holds {limit}", param="prompt", code="context_length_exceeded")
+            raise OpenAIError(
+                400,
+                f"the prompt has {len(prompt)} tokens; the context holds {limit}",
+                param="prompt",
+                code="context_length_exceeded",
+            )
         bad = [t for t in prompt if not 0 <= t < vocab_size]
         if bad:
-            raise OpenAIError(400, f"prompt token ids {bad[:5]} are outside the vocabulary (0..{vocab_size - 1})", param="prompt")
+            raise OpenAIError(
+                400, f"prompt token ids {bad[:5]} are outside the vocabulary (0..{vocab_size - 1})", param="prompt"
+            )
         tokens, text = list(prompt), tokenizer.decode(prompt, skip_special_tokens=False)
     if not tokens:
         raise OpenAIError(400, "the prompt is empty", param="prompt")
@@ -172,7 +181,12 @@ async def generate(
     if limit is not None:
         room = limit - len(prompt_tokens)
         if room < 1:
-            raise OpenAIError(400, f"the prompt has {len(prompt_tokens)} tokens; the context holds {limit}", param="messages" if chat else "prompt", code="context_length_exceeded")
+            raise OpenAIError(
+                400,
+                f"the prompt has {len(prompt_tokens)} tokens; the context holds {limit}",
+                param="messages" if chat else "prompt",
+                code="context_length_exceeded",
+            )
         if max_tokens is None:
             max_tokens = room
         elif max_tokens > room:
@@ -219,7 +233,9 @@ async def generate(
         content: str | None = None
         calls: list[dict[str, Any]] = []
         if parse_tools:
-            content, calls = parse_tool_calls(tokenizer.decode(tokens, skip_special_tokens=False), tokenizer.all_special_tokens)
+            content, calls = parse_tool_calls(
+                tokenizer.decode(tokens, skip_special_tokens=False), tokenizer.all_special_tokens
+            )
             finish = "tool_calls" if calls else finish
         top = getattr(sequence, "topk_logprobs", None) if top_k else None
         choices.append(
@@ -229,7 +245,9 @@ async def generate(
                 logprobs=[float(x) for x in (sequence.logprobs or [])],
                 text=text,
                 finish_reason=finish,
-                top_logprobs=[[(int(t), float(lp)) for t, lp in (row or [])] for row in top] if top is not None else None,
+                top_logprobs=[[(int(t), float(lp)) for t, lp in (row or [])] for row in top]
+                if top is not None
+                else None,
                 tool_calls=calls,
                 content=content,
             )

@@ -31,7 +31,9 @@ def head_too_large() -> bytes:
     return json.dumps(OpenAIError(431, message, code="request_header_fields_too_large").body()).encode()
 
 
-def error_response(method: str, path: str, error: OpenAIError, headers: Mapping[str, str] | None = None) -> JSONResponse:
+def error_response(
+    method: str, path: str, error: OpenAIError, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     """``error`` as OpenAI's JSON with its status, logged on one line."""
     log.warning("%d %s %s: %s", error.status, method, path, error.message)
     return JSONResponse(error.body(), status_code=error.status, headers=headers)
@@ -58,7 +60,14 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 async def server_error(request: Request, exc: Exception) -> JSONResponse:
     """Anything else a route raised (the sampler failed): a 500."""
-    return error_response(request.method, request.url.path, OpenAIError(500, f"internal error: {exc!r}", type="server_error"))
+    return error_response(
+        request.method, request.url.path, OpenAIError(500, f"internal error: {exc!r}", type="server_error")
+    )
 
 
-EXCEPTION_HANDLERS: dict[Any, Any] = {OpenAIError: openai_error, RequestValidationError: malformed, HTTPException: http_error, Exception: server_error}
+EXCEPTION_HANDLERS: dict[Any, Any] = {
+    OpenAIError: openai_error,
+    RequestValidationError: malformed,
+    HTTPException: http_error,
+    Exception: server_error,
+}

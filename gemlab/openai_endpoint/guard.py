@@ -75,9 +75,13 @@ class Limits:
     in_flight: int = field(default=0, init=False)
 
 
-async def refuse(scope: Scope, receive: Receive, send: Send, error: OpenAIError, headers: Mapping[str, str] | None = None) -> None:
+async def refuse(
+    scope: Scope, receive: Receive, send: Send, error: OpenAIError, headers: Mapping[str, str] | None = None
+) -> None:
     """Answer ``error`` before the app sees the request, and close the connection (its body may be unread)."""
-    response = error_response(scope.get("method", "?"), scope.get("path", "?"), error, {"connection": "close", **(headers or {})})
+    response = error_response(
+        scope.get("method", "?"), scope.get("path", "?"), error, {"connection": "close", **(headers or {})}
+    )
     await response(scope, receive, send)
 
 
@@ -124,9 +128,18 @@ class Guard:
         limits, headers = self.limits, Headers(scope=scope)
         host = headers.get("host")
         names = _hosts_named(scope, headers)
-        if names is None or (limits.allowed_hosts is not None and any(n.lower() not in limits.allowed_hosts for n in names)):
-            allowed = ", ".join(limits.allowed_hosts) if limits.allowed_hosts is not None else "any name, with a port of 0-65535"
-            message = f"Host header {(host or '')[:100]!r} (or the request's URI) is not this server's (allowed: {allowed}; one Host header)"
+        if names is None or (
+            limits.allowed_hosts is not None and any(n.lower() not in limits.allowed_hosts for n in names)
+        ):
+            allowed = (
+                ", ".join(limits.allowed_hosts)
+                if limits.allowed_hosts is not None
+                else "any name, with a port of 0-65535"
+            )
+            message = (
+                f"Host header {(host or '')[:100]!r} (or the request's URI) is not this server's (allowed: "
+                f"{allowed}; one Host header)"
+            )
             await refuse(scope, receive, send, OpenAIError(400, message, code="invalid_host"))
             return
         if scope["path"] in OPEN_PATHS:
@@ -134,7 +147,9 @@ class Guard:
             return
         if limits.api_key is not None and not self._authorized(headers):
             message = "missing or wrong API key: send 'Authorization: Bearer <key>'"
-            await refuse(scope, receive, send, OpenAIError(401, message, code="invalid_api_key", type="authentication_error"))
+            await refuse(
+                scope, receive, send, OpenAIError(401, message, code="invalid_api_key", type="authentication_error")
+            )
             return
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)

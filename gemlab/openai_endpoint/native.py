@@ -65,19 +65,33 @@ def parse(body: Any, model_name: str) -> tuple[str, CompletionRequest]:
     else:
         raise OpenAIError(400, "a /generate body needs input_ids (SGLang) or prompt.prompt_token_ids (vLLM)")
     if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
-        raise OpenAIError(400, "the prompt must be a non-empty list of token ids", param="input_ids" if style == "sglang" else "prompt")
+        raise OpenAIError(
+            400,
+            "the prompt must be a non-empty list of token ids",
+            param="input_ids" if style == "sglang" else "prompt",
+        )
     for name, neutral in NEUTRAL.items():
         if name in params and params[name] not in neutral:
-            raise OpenAIError(400, f"{where}{name}={params[name]!r} is not supported: the sampler has no such control (leave it out)", param=f"{where}{name}")
+            raise OpenAIError(
+                400,
+                f"{where}{name}={params[name]!r} is not supported: the sampler has no such control (leave it out)",
+                param=f"{where}{name}",
+            )
     top_k = params.get("logprobs") if style == "vllm" else None  # vLLM: logprobs=k adds the top k
     fields = {key: params[key] for key in SAMPLING_FIELDS if key in params and params[key] is not None}
     try:
-        request = CompletionRequest(model=model_name, prompt=ids, max_tokens=max_tokens, logprobs=top_k or None, **fields)
+        request = CompletionRequest(
+            model=model_name, prompt=ids, max_tokens=max_tokens, logprobs=top_k or None, **fields
+        )
     except ValidationError as error:
         first = error.errors()[0]
         field = ".".join(str(part) for part in first.get("loc", ()))
-        field = {"max_tokens": "max_new_tokens" if style == "sglang" else "max_tokens", "logprobs": "logprobs"}.get(field, field)
-        raise OpenAIError(400, f"malformed request body: {first.get('msg', 'invalid')} at {where}{field!r}", param=f"{where}{field}") from None
+        field = {"max_tokens": "max_new_tokens" if style == "sglang" else "max_tokens", "logprobs": "logprobs"}.get(
+            field, field
+        )
+        raise OpenAIError(
+            400, f"malformed request body: {first.get('msg', 'invalid')} at {where}{field!r}", param=f"{where}{field}"
+        ) from None
     return style, request
 
 
@@ -98,7 +112,9 @@ def sglang_response(generation: Generation, tokenizer: Any) -> dict[str, Any] | 
                     "prompt_tokens": len(generation.prompt_token_ids),
                     "completion_tokens": len(choice.token_ids),
                     "cached_tokens": 0,
-                    "output_token_logprobs": [[lp, t, None] for lp, t in zip(choice.logprobs, choice.token_ids, strict=True)],
+                    "output_token_logprobs": [
+                        [lp, t, None] for lp, t in zip(choice.logprobs, choice.token_ids, strict=True)
+                    ],
                     "sampler_version": generation.sampler_version,
                 },
             }
@@ -113,7 +129,10 @@ def vllm_response(generation: Generation, tokenizer: Any) -> dict[str, Any]:
     for choice in generation.choices:
         rows = choice.top_logprobs or [[] for _ in choice.token_ids]
         logprobs.append(
-            [[{str(t): lp, **{str(a): alp for a, alp in top if a != t}}] for t, lp, top in zip(choice.token_ids, choice.logprobs, rows, strict=True)]
+            [
+                [{str(t): lp, **{str(a): alp for a, alp in top if a != t}}]
+                for t, lp, top in zip(choice.token_ids, choice.logprobs, rows, strict=True)
+            ]
         )
     return {
         "text": [c.text for c in generation.choices],

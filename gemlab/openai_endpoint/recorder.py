@@ -55,7 +55,9 @@ class Recorder:
         with self._lock:
             return len(self._records)
 
-    def transition(self, response_id: str, reward: float, done: bool, *, choice: int = 0, action: str | None = None) -> Transition:
+    def transition(
+        self, response_id: str, reward: float, done: bool, *, choice: int = 0, action: str | None = None
+    ) -> Transition:
         """One training transition: the request's prompt tokens, the chosen completion's sampled
         tokens and logprobs, the reward the agent got for it, and the sampler version."""
         record = self.get(response_id)
@@ -74,7 +76,9 @@ class Recorder:
             sampler_version=record.sampler_version,
         )
 
-    def episode(self, steps: Iterable[tuple[str, float]] | Sequence[tuple[str, float]], *, env_index: int = 0) -> Episode:
+    def episode(
+        self, steps: Iterable[tuple[str, float]] | Sequence[tuple[str, float]], *, env_index: int = 0
+    ) -> Episode:
         """An ``Episode`` from ``(response id, reward)`` pairs in the order they were played; the
         last one ends the episode."""
         steps = list(steps)

@@ -11,7 +11,14 @@ from typing import Any
 from fastapi import APIRouter, Body
 
 from gemlab.openai_endpoint import bodies, native
-from gemlab.openai_endpoint.completions import Generation, chat_prompt, completion_prompt, context_length, generate, new_id
+from gemlab.openai_endpoint.completions import (
+    Generation,
+    chat_prompt,
+    completion_prompt,
+    context_length,
+    generate,
+    new_id,
+)
 from gemlab.openai_endpoint.schemas import ChatCompletionRequest, CompletionRequest
 from gemlab.openai_endpoint.state import EndpointDep
 
@@ -50,7 +57,9 @@ async def chat_completions(body: ChatCompletionRequest, endpoint: EndpointDep) -
     endpoint.record(generation)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return bodies.sse(await endpoint.off_loop(list, bodies.chat_chunks(generation, tok, body.logprobs, include_usage)))
+        return bodies.sse(
+            await endpoint.off_loop(list, bodies.chat_chunks(generation, tok, body.logprobs, include_usage))
+        )
     return await endpoint.off_loop(bodies.chat_response, generation, tok, body.logprobs)
 
 
@@ -70,7 +79,9 @@ async def completions(body: CompletionRequest, endpoint: EndpointDep) -> Any:
     logprobs = body.logprobs is not None
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return bodies.sse(await endpoint.off_loop(list, bodies.completion_chunks(generation, tok, logprobs, include_usage)))
+        return bodies.sse(
+            await endpoint.off_loop(list, bodies.completion_chunks(generation, tok, logprobs, include_usage))
+        )
     return await endpoint.off_loop(bodies.completion_response, generation, tok, logprobs)
 
 
@@ -80,7 +91,9 @@ async def native_generate(endpoint: EndpointDep, body: Any = Body(...)) -> Any:
     client = endpoint.slot.get()[0]
     tok = client.get_tokenizer()
     prompt, text = await endpoint.off_loop(completion_prompt, request, tok, context_length(client, tok))
-    choices, version = await generate(endpoint.slot, request, prompt, tokenizer=tok, chat=False, stop_at_end_of_turn=True)
+    choices, version = await generate(
+        endpoint.slot, request, prompt, tokenizer=tok, chat=False, stop_at_end_of_turn=True
+    )
     generation = Generation(
         id=new_id("gen"), kind="completion", created=int(time.time()), model=endpoint.model_name,
         prompt_token_ids=prompt, choices=choices, sampler_version=version, prompt_text=text,

@@ -39,7 +39,10 @@ def _check_unicode(value: Any, where: str = "") -> None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise ValueError(f"text must be valid Unicode; {where or 'a string'} holds {value[exc.start]!r} (a lone surrogate) at character {exc.start}") from None
+            raise ValueError(
+                f"text must be valid Unicode; {where or 'a string'} holds {value[exc.start]!r} (a lone "
+                f"surrogate) at character {exc.start}"
+            ) from None
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_unicode(key, where)
@@ -89,7 +92,9 @@ class _Common(BaseModel):
     def refuse_unsupported(self) -> None:
         """400 for OpenAI features a Tinker sampler does not have."""
         if self.frequency_penalty or self.presence_penalty:
-            raise OpenAIError(400, "frequency_penalty and presence_penalty are not supported (use 0)", param="frequency_penalty")
+            raise OpenAIError(
+                400, "frequency_penalty and presence_penalty are not supported (use 0)", param="frequency_penalty"
+            )
         if self.logit_bias:
             raise OpenAIError(400, "logit_bias is not supported", param="logit_bias")
 
@@ -186,7 +191,9 @@ class CompletionRequest(_Common):
         super().refuse_unsupported()
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
             if len(self.prompt) != 1:
-                raise OpenAIError(400, "send one prompt per request (a list of prompts is not supported)", param="prompt")
+                raise OpenAIError(
+                    400, "send one prompt per request (a list of prompts is not supported)", param="prompt"
+                )
         if self.echo or self.suffix:
             raise OpenAIError(400, "echo and suffix are not supported", param="echo" if self.echo else "suffix")
 

@@ -28,9 +28,13 @@ class BackgroundServer:
     def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
         limits = getattr(getattr(app, "state", None), "limits", None)
         if not is_loopback(host) and getattr(limits, "api_key", None) is None:
-            raise ValueError(f"host={host!r} reaches beyond this machine: give the app an API key (Limits(api_key=...))")
+            raise ValueError(
+                f"host={host!r} reaches beyond this machine: give the app an API key (Limits(api_key=...))"
+            )
         limits = asgi_limits.uvicorn_options(HEAD_TIMEOUT_S, too_large_body=head_too_large())
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off", **limits)
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level=log_level, access_log=False, lifespan="off", **limits
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="gemlab-serve", daemon=True)
         self._thread.start()

@@ -40,7 +40,10 @@ class Endpoint:
         """A 404 in OpenAI's shape unless ``name`` is the served model."""
         if name != self.model_name:
             raise OpenAIError(
-                404, f"The model {name!r} does not exist; this server serves {self.model_name!r}", param="model", code="model_not_found"
+                404,
+                f"The model {name!r} does not exist; this server serves {self.model_name!r}",
+                param="model",
+                code="model_not_found",
             )
 
     def record(self, generation: Generation) -> None:

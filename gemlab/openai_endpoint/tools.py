@@ -30,7 +30,8 @@ HERMES_TOOLS = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
     "For each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{{"name": <function-name>, "arguments": '
+    '<args-json-object>}}\n</tool_call>'
 )
 
 
@@ -83,7 +84,11 @@ def _hf_message(message: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": message.role, "content": message.text()}
     if message.tool_calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
+            }
             for c in message.tool_calls
         ]
     if message.role == "tool":
@@ -98,7 +103,9 @@ def _hermes_messages(messages: list[ChatMessage], tools: list[dict[str, Any]]) -
         content = message.text()
         if message.tool_calls:
             calls = [
-                "<tool_call>\n" + json.dumps({"name": c.function.name, "arguments": _arguments(c.function.arguments)}) + "\n</tool_call>"
+                "<tool_call>\n"
+                + json.dumps({"name": c.function.name, "arguments": _arguments(c.function.arguments)})
+                + "\n</tool_call>"
                 for c in message.tool_calls
             ]
             content = "\n".join(([content] if content else []) + calls)
@@ -135,7 +142,8 @@ def parse_tool_calls(raw: str, special_tokens: list[str]) -> tuple[str | None, l
         arguments = call.get("arguments", call.get("parameters", {}))
         calls.append({
             "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": call["name"], "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)},
+            "function": {"name": call["name"], "arguments": arguments if isinstance(arguments,
+            str) else json.dumps(arguments)},
         })  # fmt: skip
     if not calls:
         return None, []

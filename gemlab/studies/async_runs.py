@@ -83,7 +83,10 @@ def saved_runs(folder: str | Path) -> dict[Setting, dict[int, Path]]:
 
 def summarize_saved(runs: dict[Setting, dict[int, Path]]) -> dict[Setting, dict[int, dict]]:
     """``summarize`` of each run that ``saved_runs`` found, by setting and seed."""
-    return {setting: {seed: summarize(read_metrics(path).to_dict("records")) for seed, path in by_seed.items()} for setting, by_seed in runs.items()}
+    return {
+        setting: {seed: summarize(read_metrics(path).to_dict("records")) for seed, path in by_seed.items()}
+        for setting, by_seed in runs.items()
+    }
 
 
 def contrasts(results: dict[Setting, dict[int, dict]]) -> pd.DataFrame:
@@ -99,8 +102,13 @@ def contrasts(results: dict[Setting, dict[int, dict]]) -> pd.DataFrame:
         seeds = sorted(set(results[treatment]) & set(control_runs))
         if len(seeds) < 2:
             continue
-        final = stats.paired_contrast([results[treatment][s]["final"] for s in seeds], [control_runs[s]["final"] for s in seeds])
-        pace = stats.paired_contrast([np.log(results[treatment][s]["per_step"]) for s in seeds], [np.log(control_runs[s]["per_step"]) for s in seeds])
+        final = stats.paired_contrast(
+            [results[treatment][s]["final"] for s in seeds], [control_runs[s]["final"] for s in seeds]
+        )
+        pace = stats.paired_contrast(
+            [np.log(results[treatment][s]["per_step"]) for s in seeds],
+            [np.log(control_runs[s]["per_step"]) for s in seeds],
+        )
         rows.append({
             "treatment": treatment.label, "control": control.label, "seeds": len(seeds),
             "final success difference": final.difference, "low": final.low, "high": final.high, "p": final.p,

@@ -79,7 +79,11 @@ SMOLLM2_METHODS: dict[str, dict[str, Any]] = {
     "rebn": dict(advantage="rebn"),
     "reinforce": dict(advantage="none"),
 }
-SMOLLM2_LABELS = {"grpo": "GRPO (groups of 16, the preset)", "rebn": "REINFORCE + ReBN", "reinforce": "REINFORCE (raw returns)"}
+SMOLLM2_LABELS = {
+    "grpo": "GRPO (groups of 16, the preset)",
+    "rebn": "REINFORCE + ReBN",
+    "reinforce": "REINFORCE (raw returns)",
+}
 SMOLLM2_EVAL_GAMES = 64  # every question of rg:sums-1digit-test
 OPTIMIZER_STEPS = {method: settings.get("num_minibatches", 1) for method, settings in METHODS.items()}  # per batch
 
@@ -160,7 +164,17 @@ def study_runs(
     base = dict(COMMON, max_steps=steps or STEPS[study], log_dir=str(Path(root) / study))
     if study == "smollm2":  # evaluated by the runner in both modes, so the Trainer's own evaluation is off
         return [
-            Run(make_config("smollm2", **{**base, **SMOLLM2_METHODS[method]}, eval_every=0, seed=seed, run_name=f"smollm2-{method}-seed{seed}"), eval_every, eval_games)
+            Run(
+                make_config(
+                    "smollm2",
+                    **{**base, **SMOLLM2_METHODS[method]},
+                    eval_every=0,
+                    seed=seed,
+                    run_name=f"smollm2-{method}-seed{seed}",
+                ),
+                eval_every,
+                eval_games,
+            )
             for seed in seeds
             for method in SMOLLM2_METHODS
         ]
@@ -180,12 +194,20 @@ def study_runs(
             for lr in LEARNING_RATES
         ]
     if learning_rates is None:
-        raise ValueError("the algorithms study runs each method at its tuned rate: run the tuning study first (best_learning_rates)")
+        raise ValueError(
+            "the algorithms study runs each method at its tuned rate: run the tuning study first (best_learning_rates)"
+        )
     missing = [f"{env}-{method}" for env in envs for method in METHODS if f"{env}-{method}" not in learning_rates]
     if missing:
         raise ValueError(f"no tuned learning rate for {', '.join(missing)}: finish the tuning study first")
     return [
-        run(f"{env}-{method}", seed, **ENVIRONMENTS[env], **METHODS[method], learning_rate=learning_rates[f"{env}-{method}"])
+        run(
+            f"{env}-{method}",
+            seed,
+            **ENVIRONMENTS[env],
+            **METHODS[method],
+            learning_rate=learning_rates[f"{env}-{method}"],
+        )
         for seed in seeds
         for env in envs
         for method in METHODS

@@ -45,8 +45,16 @@ def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
         sampler = await trainer.training_client.save_weights_and_get_sampling_client()  # one save, both modes
         rows = []
         for mode, temperature in MODES.items():
-            result = await evaluate_sampler(sampler, trainer.tokenizer, trainer.template, trainer.config, num_games, temperature=temperature)
-            rows.append({"step": trainer.step_index, "mode": mode, **summarize(list(zip(result.wins, result.num_turns, strict=True)))})
+            result = await evaluate_sampler(
+                sampler, trainer.tokenizer, trainer.template, trainer.config, num_games, temperature=temperature
+            )
+            rows.append(
+                {
+                    "step": trainer.step_index,
+                    "mode": mode,
+                    **summarize(list(zip(result.wins, result.num_turns, strict=True))),
+                }
+            )
         return rows
 
     rows = trainer.run_on_loop(both_modes())

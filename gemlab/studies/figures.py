@@ -20,7 +20,15 @@ import pandas as pd
 from gemlab import plots
 from gemlab.saved_runs import METRICS_FILE, read_run
 from gemlab.studies import stats
-from gemlab.studies.definitions import CONTRASTS, ENVIRONMENT_TITLES, ENVIRONMENTS, LEARNING_RATES, METHOD_LABELS, METHODS, SMOLLM2_LABELS
+from gemlab.studies.definitions import (
+    CONTRASTS,
+    ENVIRONMENT_TITLES,
+    ENVIRONMENTS,
+    LEARNING_RATES,
+    METHOD_LABELS,
+    METHODS,
+    SMOLLM2_LABELS,
+)
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.guessing import binary_search, random_consistent
 
@@ -31,7 +39,12 @@ TRAIN_METRICS = {
     "turns_per_won_game": "sampler/num_turns_per_won_episode",
     "turns_per_game": "sampler/num_turns_per_episode",
 }
-TABLE_METRICS = {"gamma": ("success", "turns_per_won_game", "turns_per_game"), "tuning": ("success",), "algorithms": ("success",), "smollm2": ("success",)}
+TABLE_METRICS = {
+    "gamma": ("success", "turns_per_won_game", "turns_per_game"),
+    "tuning": ("success",),
+    "algorithms": ("success",),
+    "smollm2": ("success",),
+}
 ALPHA = 0.05
 
 
@@ -46,7 +59,9 @@ def load_study(folder: str | Path) -> dict[str, Any]:
         if run.steps_done >= run.config["max_steps"]:
             runs[run.name] = run
     if not runs:
-        raise FileNotFoundError(f"no finished runs under {folder}: run `python research/experiments/reproduce_gem.py` first")
+        raise FileNotFoundError(
+            f"no finished runs under {folder}: run `python research/experiments/reproduce_gem.py` first"
+        )
     return runs
 
 
@@ -140,7 +155,9 @@ def contrast_table(folder: str | Path, study: str, *, source: str = "auto", powe
         if contrast.treatment not in arms or contrast.control not in arms:
             continue
         treated, control = arms[contrast.treatment], arms[contrast.control]
-        seeds = sorted(s for s in set(treated) & set(control) if math.isfinite(treated[s]) and math.isfinite(control[s]))
+        seeds = sorted(
+            s for s in set(treated) & set(control) if math.isfinite(treated[s]) and math.isfinite(control[s])
+        )
         x, y = [treated[s] for s in seeds], [control[s] for s in seeds]
         result = stats.paired_contrast(x, y)
         sd = float(np.std(np.subtract(x, y), ddof=1)) if len(seeds) > 1 else math.nan
@@ -154,7 +171,10 @@ def contrast_table(folder: str | Path, study: str, *, source: str = "auto", powe
     if table.empty:
         return table
     table.insert(table.columns.get_loc("p") + 1, "p (Holm)", stats.holm(table["p"]))
-    table["verdict"] = [verdict(r["_contrast"], r["_differences"], r["CI low"], r["CI high"], r["p"], r["p (Holm)"]) for _, r in table.iterrows()]
+    table["verdict"] = [
+        verdict(r["_contrast"], r["_differences"], r["CI low"], r["CI high"], r["p"], r["p (Holm)"])
+        for _, r in table.iterrows()
+    ]
     return table.drop(columns=["_contrast", "_differences"]).set_index("contrast")
 
 
@@ -179,7 +199,9 @@ def best_learning_rates(folder: str | Path, *, source: str = "auto") -> dict[str
     over the tuning seeds, for every env and method whose whole sweep has finished."""
     folder = Path(folder)
     if not folder.exists():
-        raise FileNotFoundError(f"no tuning study under {folder}: run `--study tuning` first (the algorithms study uses its rates)")
+        raise FileNotFoundError(
+            f"no tuning study under {folder}: run `--study tuning` first (the algorithms study uses its rates)"
+        )
     arms, _ = arm_outcomes(folder, "success", source)
     best = {}
     for env in ENVIRONMENTS:
@@ -196,7 +218,10 @@ def best_learning_rates(folder: str | Path, *, source: str = "auto") -> dict[str
 def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: str = "sampled") -> bool:
     """Mean over seeds of ``metric`` on the fixed evaluation set per evaluated step, with 95%
     t-intervals; False when the runs have no evaluations."""
-    tables = {arm: pd.DataFrame([row for run in runs for row in read_evaluations(run.path) if row["mode"] == mode]) for arm, runs in groups.items()}
+    tables = {
+        arm: pd.DataFrame([row for run in runs for row in read_evaluations(run.path) if row["mode"] == mode])
+        for arm, runs in groups.items()
+    }
     tables = {arm: table for arm, table in tables.items() if not table.empty}
     steps = sorted({step for table in tables.values() for step in table["step"]})
     dodge = 0.04 * (min(np.diff(steps)) if len(steps) > 1 else 1)  # side by side, so overlapping bars stay readable
@@ -204,10 +229,21 @@ def _eval_curves(ax: plt.Axes, groups: dict[str, list[Any]], metric: str, mode: 
         per_step = table.groupby("step")[metric]
         mean, sd, n = per_step.mean(), per_step.std(ddof=1), per_step.count()
         half = plots.t_half_width(sd, n)
-        ax.errorbar(mean.index + dodge * (i - (len(tables) - 1) / 2), mean, yerr=half, marker="o", capsize=3, label=f"{arm} (n={n.max()})")
+        ax.errorbar(
+            mean.index + dodge * (i - (len(tables) - 1) / 2),
+            mean,
+            yerr=half,
+            marker="o",
+            capsize=3,
+            label=f"{arm} (n={n.max()})",
+        )
     drawn = bool(tables)
     if drawn:
-        ax.set(xlabel="step", ylabel=f"{metric.replace('_', ' ')} ({mode}, fixed set)", title="Fixed evaluation set (95% CI of the mean)")
+        ax.set(
+            xlabel="step",
+            ylabel=f"{metric.replace('_', ' ')} ({mode}, fixed set)",
+            title="Fixed evaluation set (95% CI of the mean)",
+        )
         ax.legend()
     return drawn
 
@@ -221,7 +257,9 @@ def _env_panels(n: int, width: float, height: float) -> tuple[Any, list[plt.Axes
     notebook), and its used axes; a panel left over in the last row is hidden."""
     columns = min(n, 2)
     rows = -(-n // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), constrained_layout=True, squeeze=False)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(width * columns, height * rows), constrained_layout=True, squeeze=False
+    )
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n])
@@ -237,14 +275,18 @@ def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     plots.plot_seed_bands(_frames(groups), "sampler/success_rate", smoothing=smoothing, ax=axes[0], band="ci95")
     axes[0].set_ylim(0, 1.02)
     turn_axes = [axes[1]]
-    plots.plot_seed_bands(_frames(groups), "sampler/num_turns_per_won_episode", smoothing=smoothing, ax=axes[1], band="ci95")
+    plots.plot_seed_bands(
+        _frames(groups), "sampler/num_turns_per_won_episode", smoothing=smoothing, ax=axes[1], band="ci95"
+    )
     if has_eval:
         _eval_curves(axes[2], groups, "turns_per_won_game")
         turn_axes.append(axes[2])
     for ax in turn_axes:
         for player, style in ((binary_search, "--"), (random_consistent, ":")):
             turns = float(player(20, 20).turns_when_won)
-            ax.axhline(turns, color="black", ls=style, lw=1.2, label=f"{player.__name__.replace('_', ' ')}: {turns:.2f}")
+            ax.axhline(
+                turns, color="black", ls=style, lw=1.2, label=f"{player.__name__.replace('_', ' ')}: {turns:.2f}"
+            )
         ax.legend()
     fig.suptitle("GuessTheNumber 1-20 (20 turns), REINFORCE + ReBN: the discount factor")
     return fig
@@ -256,9 +298,12 @@ def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     envs = [env for env in ENVIRONMENTS if any(name.startswith(f"{env}-") for name in groups)]
     fig, axes = _env_panels(len(envs), 7.5, 4.5)
     frames = _frames(groups)
-    for ax, env in zip(axes, envs, strict=True):  # methods in METHODS order, so each keeps its colour of the tuning figure
+    # methods in METHODS order, so each keeps its colour of the tuning figure
+    for ax, env in zip(axes, envs, strict=True):
         mine = {METHOD_LABELS[method]: frames[f"{env}-{method}"] for method in METHODS if f"{env}-{method}" in frames}
-        plots.plot_seed_bands(mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=ENVIRONMENT_TITLES[env], band="ci95")
+        plots.plot_seed_bands(
+            mine, "sampler/success_rate", smoothing=smoothing, ax=ax, title=ENVIRONMENT_TITLES[env], band="ci95"
+        )
         ax.set_ylim(0, 1.02)
     fig.suptitle("Algorithm comparison at laptop scale")
     return fig
@@ -271,10 +316,20 @@ def tuning_figure(folder: str | Path) -> Any:
     fig, axes = _env_panels(len(envs), 6.5, 4)
     for ax, env in zip(axes, envs, strict=True):
         for method in METHODS:
-            points = [(lr, np.mean(list(arms[f"{env}-{method}-lr{lr:g}"].values()))) for lr in LEARNING_RATES if f"{env}-{method}-lr{lr:g}" in arms]
+            points = [
+                (lr, np.mean(list(arms[f"{env}-{method}-lr{lr:g}"].values())))
+                for lr in LEARNING_RATES
+                if f"{env}-{method}-lr{lr:g}" in arms
+            ]
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=METHOD_LABELS[method])
-        ax.set(xscale="log", xlabel="learning rate", ylabel=f"success ({source})", title=ENVIRONMENT_TITLES[env], ylim=(0, 1.02))
+        ax.set(
+            xscale="log",
+            xlabel="learning rate",
+            ylabel=f"success ({source})",
+            title=ENVIRONMENT_TITLES[env],
+            ylim=(0, 1.02),
+        )
         ax.legend()
     fig.suptitle("Learning-rate sweep (tuning seeds only)")
     return fig
@@ -284,9 +339,18 @@ def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     """SmolLM2's three advantages: training success (mean and 95% interval over seeds), then the
     held-out sums sampled and greedy at each evaluation (mean with its 95% t-interval)."""
     groups = group_runs(load_study(folder))
-    labelled = {label: groups[f"smollm2-{method}"] for method, label in SMOLLM2_LABELS.items() if f"smollm2-{method}" in groups}
+    labelled = {
+        label: groups[f"smollm2-{method}"] for method, label in SMOLLM2_LABELS.items() if f"smollm2-{method}" in groups
+    }
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.5), constrained_layout=True)
-    plots.plot_seed_bands(_frames(labelled), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title="Training rollouts on the 57 training sums", band="ci95")
+    plots.plot_seed_bands(
+        _frames(labelled),
+        "sampler/success_rate",
+        smoothing=smoothing,
+        ax=axes[0],
+        title="Training rollouts on the 57 training sums",
+        band="ci95",
+    )
     for ax, mode in zip(axes[1:], ("sampled", "greedy"), strict=True):
         _eval_curves(ax, labelled, "success", mode)
         ax.set_title(f"Held-out sums, {mode} (95% CI of the mean)")

@@ -100,7 +100,12 @@ async def arun_one(run: Run, on_step: Callable[[], None] = lambda: None, *, meas
         trainer.folder.drop_checkpoints(trainer.step_index)  # only for resuming; the marker refuses a restart
     finally:
         await asyncio.to_thread(trainer.close)
-    return Timing(run.name, run.config.max_steps - first, time.time() - start, time.process_time() - cpu_start if measure_cpu else None)
+    return Timing(
+        run.name,
+        run.config.max_steps - first,
+        time.time() - start,
+        time.process_time() - cpu_start if measure_cpu else None,
+    )
 
 
 def _run_in_worker(run: Run, threads: int) -> Timing:
@@ -138,7 +143,8 @@ def check_resumable(runs: Sequence[Run]) -> None:
         if rows >= run.config.max_steps and not finished(run) and steps_done(run) < run.config.max_steps:
             raise ValueError(
                 f"{run_dir(run)} holds {rows} finished steps made with another schedule (no evaluation at step "
-                f"{due_evaluations(run)[-1]}, no checkpoint to evaluate): use its own --steps/--eval-every or another --root"
+                f"{due_evaluations(run)[-1]}, no checkpoint to evaluate): use its own --steps/--eval-every "
+                "or another --root"
             )
 
 
@@ -154,7 +160,9 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
     timings: list[Timing] = []
     done = total - sum(run.config.max_steps - steps_done(run) for run in todo)
     # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
-    with tqdm(total=total, initial=done, desc="reproduce_gem", unit="step", disable=not progress, file=sys.stdout) as bar:
+    with tqdm(
+        total=total, initial=done, desc="reproduce_gem", unit="step", disable=not progress, file=sys.stdout
+    ) as bar:
         if concurrency > 0 or jobs <= 1:
             limit = asyncio.Semaphore(max(concurrency, 1))
 
@@ -210,7 +218,11 @@ def recorded_step_seconds(run: Run, references: Sequence[Path]) -> tuple[float, 
     metrics of any run of that arm (or of the same method and environment at another learning
     rate) under ``references``; ``None`` when none was recorded. An evaluation is priced as
     sampling ``2 * eval_games`` episodes at the recorded rate."""
-    candidates = [Path(root).glob(f"{arm}-seed*/{METRICS_FILE}") for arm in (run.arm, run.arm.split("-lr", 1)[0]) for root in references]
+    candidates = [
+        Path(root).glob(f"{arm}-seed*/{METRICS_FILE}")
+        for arm in (run.arm, run.arm.split("-lr", 1)[0])
+        for root in references
+    ]
     for found in candidates:
         for metrics in sorted(found):
             rows = read_rows(metrics).rows

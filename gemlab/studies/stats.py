@@ -84,7 +84,14 @@ def interval(values: Sequence[float], statistic: str = "mean", *, seed: int = 0)
     value = float(function(array))
     if len(array) < 2 or np.all(array == array[0]):
         return Estimate(value, float("nan"), float("nan"), len(array))
-    result = stats.bootstrap((array,), function, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(seed))
+    result = stats.bootstrap(
+        (array,),
+        function,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return Estimate(value, *_ci(result), len(array))
 
 
@@ -99,7 +106,14 @@ def stratified_interval(strata: Sequence[Sequence[float]], statistic: str = "iqm
         return function(np.concatenate(samples, axis=axis), axis=axis)
 
     value = float(pooled(*arrays))
-    result = stats.bootstrap(arrays, pooled, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(seed))
+    result = stats.bootstrap(
+        arrays,
+        pooled,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return Estimate(value, *_ci(result), sum(len(a) for a in arrays))
 
 
@@ -116,12 +130,25 @@ def paired_contrast(treatment: Sequence[float], control: Sequence[float], *, see
         raise ValueError(f"paired arms need the same seeds: got {len(x)} and {len(y)} values")
     difference = float(np.mean(x - y))
     test = stats.permutation_test(
-        (x, y), _mean_difference, permutation_type="samples", vectorized=True, n_resamples=RESAMPLES, alternative="two-sided", rng=np.random.default_rng(seed)
+        (x, y),
+        _mean_difference,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=RESAMPLES,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
     )
     if len(x) < 2 or np.all(x - y == (x - y)[0]):
         return Contrast(difference, float("nan"), float("nan"), float(test.pvalue), len(x))
     ci = stats.bootstrap(
-        (x, y), _mean_difference, paired=True, vectorized=True, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(seed)
+        (x, y),
+        _mean_difference,
+        paired=True,
+        vectorized=True,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(seed),
     )
     return Contrast(difference, *_ci(ci), float(test.pvalue), len(x))
 
@@ -135,13 +162,27 @@ def unpaired_contrast(treatment: Sequence[float], control: Sequence[float], *, s
     resampled on its own) and a two-sided permutation p on the Welch t statistic."""
     x, y = _clean(treatment), _clean(control)
     test = stats.permutation_test(
-        (x, y), _welch_t, permutation_type="independent", vectorized=True, n_resamples=RESAMPLES, alternative="two-sided", rng=np.random.default_rng(seed)
+        (x, y),
+        _welch_t,
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=RESAMPLES,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
     )
 
     def difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.mean(a, axis=axis) - np.mean(b, axis=axis)
 
-    ci = stats.bootstrap((x, y), difference, vectorized=True, confidence_level=CONFIDENCE, n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(seed))
+    ci = stats.bootstrap(
+        (x, y),
+        difference,
+        vectorized=True,
+        confidence_level=CONFIDENCE,
+        n_resamples=RESAMPLES,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
     return Contrast(float(x.mean() - y.mean()), *_ci(ci), float(test.pvalue), len(x) + len(y))
 
 
@@ -168,7 +209,9 @@ def paired_power(n: int, effect: float, sd: float, *, alpha: float = 0.05) -> fl
     return float(stats.nct.sf(critical, df, shift) + wrong_side)
 
 
-def seeds_needed(effect: float, sd: float, *, alpha: float = 0.05, power: float = 0.8, most: int = 10_000) -> int | None:
+def seeds_needed(
+    effect: float, sd: float, *, alpha: float = 0.05, power: float = 0.8, most: int = 10_000
+) -> int | None:
     """The fewest seeds per arm at which a paired t-test has ``power`` to detect ``effect``
     (differences with standard deviation ``sd``); at least 6, the fewest with which an exact
     sign-flip test can reach p < 0.05. ``None`` when even ``most`` seeds would not do."""

@@ -8,7 +8,8 @@ tokens. It has Qwen3's chat markers (``<|im_start|>``, ``<|im_end|>``), so the `
 templates tokenize as they do for real Qwen3 models, and a byte-level alphabet, so any text can
 be encoded. The model is a Llama sized by ``TINY_SHAPE``; ``build_tiny_model`` gives it random
 weights from ``seed`` (``gemlab/tiny-random``) or the weights ``pretrain.py`` made
-(``gemlab/tiny``); ``registry.py`` names each variant and writes it out as a Hugging Face folder. Short prompts and a small output layer are what make an RL step take about a
+(``gemlab/tiny``); ``registry.py`` names each variant and writes it out as a Hugging Face folder. Short prompts and a
+small output layer are what make an RL step take about a
 second on a laptop.
 """
 

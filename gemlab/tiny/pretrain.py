@@ -178,7 +178,9 @@ def pretrain(
     losses = []
     # a text bar: a widget bar would flicker JupyterLab's kernel status to Idle while the cell runs
     for skill in tqdm(skills, desc="pretraining gemlab/tiny", unit="step", disable=not progress, file=sys.stdout):
-        inputs, mask, labels, positions, targets = _batch([next(states) for _ in range(batch_size)], skill, answer, tokenizer)
+        inputs, mask, labels, positions, targets = _batch(
+            [next(states) for _ in range(batch_size)], skill, answer, tokenizer
+        )
         logits = model(input_ids=inputs, attention_mask=mask).logits
         fixed = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), labels[:, 1:], reduction="sum")
         number = -(targets * logits[torch.arange(len(positions)), positions].log_softmax(-1)).sum()
@@ -196,14 +198,18 @@ def pretrain(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Rebuild a pretrained tiny base.")
-    parser.add_argument("--base", default=registry.TINY, choices=registry.BASES, help="which base (default: gemlab/tiny)")
+    parser.add_argument(
+        "--base", default=registry.TINY, choices=registry.BASES, help="which base (default: gemlab/tiny)"
+    )
     base = parser.parse_args(argv).base
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     model = build_tiny_model(seed=0)
     losses = pretrain(model, load_tiny_tokenizer(), env_id=cast(str, registry.TINY_MODELS[base].teacher_env))
     registry.write_folder(base, model)
     # the models that load this base's weights (gemlab/tiny-chat for gemlab/tiny) are rebuilt from them
-    registry.write_zoo([name for name, spec in registry.TINY_MODELS.items() if spec.weights_from == base and name != base])
+    registry.write_zoo(
+        [name for name, spec in registry.TINY_MODELS.items() if spec.weights_from == base and name != base]
+    )
     print(f"loss per answer token: {losses[0]:.3f} -> {sum(losses[-20:]) / 20:.3f}; wrote {registry.folder(base)}")
 
 

@@ -63,7 +63,8 @@ TINY_MODELS: dict[str, TinyModel] = {
         teacher_env=PRODUCTS_1DIGIT,
     ),
     TINY_SUMS: TinyModel(
-        "gemlab/tiny pretrained the same way on rg:basic_arithmetic as sums of two one-digit numbers (a second single-turn task)",
+        "gemlab/tiny pretrained the same way on rg:basic_arithmetic as sums of two one-digit numbers (a "
+        "second single-turn task)",
         weights_from=TINY_SUMS,
         teacher_env=SUMS_1DIGIT,
     ),
@@ -112,7 +113,9 @@ def write_zoo(names: list[str] | None = None) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m gemlab.tiny", description="Rewrite the tiny model zoo's Hugging Face folders.")
+    parser = argparse.ArgumentParser(
+        prog="python -m gemlab.tiny", description="Rewrite the tiny model zoo's Hugging Face folders."
+    )
     parser.add_argument("names", nargs="*", help=f"which models (default: all): {', '.join(TINY_MODELS)}")
     names = parser.parse_args().names
     if unknown := sorted(set(names) - set(TINY_MODELS)):

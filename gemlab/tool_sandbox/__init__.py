@@ -98,11 +98,16 @@ class SandboxError(ValueError):
 def python_prefixes(interpreter: str = sys.executable) -> list[str]:
     """The folders ``interpreter`` reads when it starts: its prefix (a venv's, with pyvenv.cfg) and
     the base install's, where its binary really is (a venv's ``bin/python`` links there)."""
-    script = "import os, sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.realpath(sys.executable), sep='\\n')"
+    script = (
+        "import os, sys; print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, "
+        "os.path.realpath(sys.executable), sep='\\n')"
+    )
     if interpreter == sys.executable:
         lines = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.realpath(sys.executable)]
     else:
-        lines = subprocess.run([interpreter, "-c", script], capture_output=True, text=True, timeout=60, check=True).stdout.splitlines()
+        lines = subprocess.run(
+            [interpreter, "-c", script], capture_output=True, text=True, timeout=60, check=True
+        ).stdout.splitlines()
     return sorted({*lines[:4], os.path.dirname(os.path.dirname(lines[4]))})
 
 
@@ -144,7 +149,9 @@ def _cgroup_works(parent: str, limits: dict[str, str]) -> bool:
     try:
         for name, value in limits.items():
             (trial / name).write_text(value)
-        joined = subprocess.run(["sh", "-c", 'echo $$ > "$0/cgroup.procs"', str(trial)], capture_output=True, timeout=10)
+        joined = subprocess.run(
+            ["sh", "-c", 'echo $$ > "$0/cgroup.procs"', str(trial)], capture_output=True, timeout=10
+        )
         return joined.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -213,7 +220,9 @@ def _shim_root() -> Path:
 def _write_shim(folder: Path, config: dict[str, Any], interpreter: str) -> None:
     """The supervisor as ``folder/python`` (and ``bwrap``) with ``config`` written in, and confine.py."""
     if any(character.isspace() for character in interpreter) or len(interpreter) > 200:
-        raise SandboxError(f"the python tool's sandbox needs an interpreter path without spaces, under 200 characters: {interpreter!r}")
+        raise SandboxError(
+            f"the python tool's sandbox needs an interpreter path without spaces, under 200 characters: {interpreter!r}"
+        )
     folder.mkdir(mode=0o700)
     source = SUPERVISOR.read_text()
     marker = "CONFIG: dict = {}"
@@ -225,7 +234,9 @@ def _write_shim(folder: Path, config: dict[str, Any], interpreter: str) -> None:
     (folder / "bwrap").symlink_to("python")
 
 
-def shim_config(folder: Path, timeout: int, interpreter: str = sys.executable, isolated: bool | None = None) -> dict[str, Any]:
+def shim_config(
+    folder: Path, timeout: int, interpreter: str = sys.executable, isolated: bool | None = None
+) -> dict[str, Any]:
     """The settings of the supervisors in ``folder``: the limits and what this OS allows."""
     prefixes = python_prefixes(interpreter)
     if isolated is None:
@@ -233,11 +244,24 @@ def shim_config(folder: Path, timeout: int, interpreter: str = sys.executable, i
     else:
         proc = isolated
     return {
-        "folder": str(folder), "timeout": timeout, "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
-        "run_bytes": RUN_BYTES, "output_bytes": OUTPUT_BYTES, "processes": PROCESSES, "isolated": isolated, "proc": proc,
-        "landlock": _landlock_abi(), "seccomp": LINUX and confine.supported(), "system_dirs": SYSTEM_DIRS, "prefixes": prefixes,
-        "cgroups": _cgroups(), "prefix": _shim_root().name, "bwrap": shutil.which("bwrap") or "bwrap",
-        "interpreter": interpreter, "tempdir": tempfile.gettempdir(),
+        "folder": str(folder),
+        "timeout": timeout,
+        "memory_bytes": MEMORY_BYTES,
+        "file_bytes": FILE_BYTES,
+        "run_bytes": RUN_BYTES,
+        "output_bytes": OUTPUT_BYTES,
+        "processes": PROCESSES,
+        "isolated": isolated,
+        "proc": proc,
+        "landlock": _landlock_abi(),
+        "seccomp": LINUX and confine.supported(),
+        "system_dirs": SYSTEM_DIRS,
+        "prefixes": prefixes,
+        "cgroups": _cgroups(),
+        "prefix": _shim_root().name,
+        "bwrap": shutil.which("bwrap") or "bwrap",
+        "interpreter": interpreter,
+        "tempdir": tempfile.gettempdir(),
     }
 
 
@@ -253,7 +277,9 @@ def _isolation(interpreter: str = sys.executable) -> tuple[bool, bool]:
         config = shim_config(folder, MAX_TIMEOUT, interpreter, isolated=True) | {"proc": proc}
         _write_shim(folder, config, interpreter)
         try:
-            ran = subprocess.run([str(folder / "python"), "-c", "print(6*7)"], capture_output=True, timeout=30, cwd=folder)
+            ran = subprocess.run(
+                [str(folder / "python"), "-c", "print(6*7)"], capture_output=True, timeout=30, cwd=folder
+            )
         except (OSError, subprocess.TimeoutExpired) as error:
             failure = str(error)
             continue
@@ -262,7 +288,10 @@ def _isolation(interpreter: str = sys.executable) -> tuple[bool, bool]:
         failure = _last_line(ran.stderr.decode(errors="replace"))
     probe = f"import sys; sys.path.insert(0, {str(CONFINE.parent)!r}); import confine; confine.namespaces_allowed()"
     if subprocess.run([sys.executable, "-I", "-S", "-c", probe], capture_output=True, timeout=30).returncode == 0:
-        raise SandboxError(f"the python tool's sandbox cannot confine code with {interpreter} although this kernel allows namespaces: {failure}")
+        raise SandboxError(
+            f"the python tool's sandbox cannot confine code with {interpreter} although this kernel allows "
+            f"namespaces: {failure}"
+        )
     return False, False  # the kernel refuses namespaces: the folder, Landlock and seccomp are what holds
 
 
@@ -361,31 +390,49 @@ def describe_sandbox() -> str:
 
 
 def _describe() -> str:
-    limits = f"limits: the tool's timeout, {MEMORY_BYTES >> 30} GiB a process, {FILE_BYTES >> 20} MiB a file, {OUTPUT_BYTES >> 10} KiB of output"
+    limits = (
+        f"limits: the tool's timeout, {MEMORY_BYTES >> 30} GiB a process, {FILE_BYTES >> 20} MiB a file, "
+        f"{OUTPUT_BYTES >> 10} KiB of output"
+    )
     cgroup_files = {name for _, files in _cgroups() for name in files}
     if "pids.max" in cgroup_files or (LINUX and os.getuid() != 0):
         limits += f", {PROCESSES} processes"
     if cgroup_files - {"pids.max"}:
         limits += f", {RUN_MEMORY_BYTES >> 30} GiB in all"
     seccomp = LINUX and confine.supported()
-    common = (["seccomp: no sockets, keys, inotify, mounts, ptrace"] if seccomp else []) + (["an empty session keyring"] if LINUX else [])
+    common = (["seccomp: no sockets, keys, inotify, mounts, ptrace"] if seccomp else []) + (
+        ["an empty session keyring"] if LINUX else []
+    )
     if sandbox_mode() == "bwrap":
-        held = ["no network, sees only the Python install and system libraries, read-only", f"a {RUN_BYTES >> 20} MiB tmpfs as /tmp", *common]
+        held = [
+            "no network, sees only the Python install and system libraries, read-only",
+            f"a {RUN_BYTES >> 20} MiB tmpfs as /tmp",
+            *common,
+        ]
         return f"python tool sandbox: bwrap ({'; '.join(held)}; dies with the trainer); {limits}"
     why = _bwrap_problem() if os.environ.get(MODE_VARIABLE, "auto") != "none" else f"{MODE_VARIABLE}=none"
     if _isolation()[0]:
-        held = ["namespaces: no network, its own processes, sees only the Python install and system folders, read-only", f"a {RUN_BYTES >> 20} MiB tmpfs as its folder", *common]
+        held = [
+            "namespaces: no network, its own processes, sees only the Python install and system folders, read-only",
+            f"a {RUN_BYTES >> 20} MiB tmpfs as its folder",
+            *common,
+        ]
         return f"python tool sandbox: none ({why}); {'; '.join(held)}; {limits}"
     held = ["GEM's import blocklist", "a temp folder outside your files", *common]
     if _landlock_abi():
         held.append("writes only in its folder, reads only Python and /usr (Landlock)")
-    missing = ["can read your files by absolute path" if _landlock_abi() else "can read and write your files by absolute path"]
+    missing = [
+        "can read your files by absolute path" if _landlock_abi() else "can read and write your files by absolute path"
+    ]
     if _landlock_abi() < 4 and not seccomp:
         missing.append("has network")
     if _landlock_abi() < 6:
         missing.append("can signal your processes")
     if not LINUX:
-        missing.append("only the limits, the temp folder, the timeout and the output cap hold (no namespaces, Landlock or seccomp on macOS)")
+        missing.append(
+            "only the limits, the temp folder, the timeout and the output cap hold (no namespaces, Landlock or "
+            "seccomp on macOS)"
+        )
     return f"python tool sandbox: none ({why}); {'; '.join(held)}; {limits}; NOT held: {', '.join(missing)}"
 
 
@@ -413,8 +460,15 @@ def check_sandbox() -> None:
     observation = str(env.step("```python\nprint(6*7)\n```")[0])
     if not observation.startswith("Code execution result: 42\n"):
         result = observation.removeprefix("Code execution result: ").split("\n\nReached the maximum")[0]
-        other = f"install bubblewrap ({INSTALL_BWRAP}) and set {MODE_VARIABLE}=bwrap" if mode == "none" else f"set {MODE_VARIABLE}=none"
-        raise SandboxError(f"the python tool's sandbox ({mode}) cannot run code here: {_last_line(result)}; nothing was trained on it. See `python -m gemlab.doctor`; or {other}")
+        other = (
+            f"install bubblewrap ({INSTALL_BWRAP}) and set {MODE_VARIABLE}=bwrap"
+            if mode == "none"
+            else f"set {MODE_VARIABLE}=none"
+        )
+        raise SandboxError(
+            f"the python tool's sandbox ({mode}) cannot run code here: {_last_line(result)}; nothing was "
+            f"trained on it. See `python -m gemlab.doctor`; or {other}"
+        )
     _checked.add(mode)
 
 
@@ -437,14 +491,23 @@ class SandboxedTool(EnvWrapper):
             return self.env.step(action, **kwargs)
 
 
-def python_tool_env(env: Env, *, timeout: int = 5, max_tool_uses: int = 1, tool_reward: float = 0.0, tool_success_reward: float = 0.0) -> Env:
+def python_tool_env(
+    env: Env, *, timeout: int = 5, max_tool_uses: int = 1, tool_reward: float = 0.0, tool_success_reward: float = 0.0
+) -> Env:
     """``env`` with GEM's python tool (``ToolEnvWrapper`` + ``PythonCodeTool``), its code run sandboxed."""
     if os.name != "posix":
-        raise RuntimeError("the sandboxed python tool needs Linux or macOS: GEM would run the model's code unconfined here")
+        raise RuntimeError(
+            "the sandboxed python tool needs Linux or macOS: GEM would run the model's code unconfined here"
+        )
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout <= MAX_TIMEOUT:
-        raise ValueError(f"timeout must be a whole number of seconds from 1 to {MAX_TIMEOUT} (GEM kills the tool at {DEFAULT_TIMEOUT} s), got {timeout!r}")
+        raise ValueError(
+            f"timeout must be a whole number of seconds from 1 to {MAX_TIMEOUT} (GEM kills the tool at "
+            f"{DEFAULT_TIMEOUT} s), got {timeout!r}"
+        )
     tool = PythonCodeTool(timeout=timeout, sandbox_type=sandbox_mode())
-    tools = ToolEnvWrapper(env, tools=[tool], tool_reward=tool_reward, tool_success_reward=tool_success_reward, max_tool_uses=max_tool_uses)
+    tools = ToolEnvWrapper(
+        env, tools=[tool], tool_reward=tool_reward, tool_success_reward=tool_success_reward, max_tool_uses=max_tool_uses
+    )
     return SandboxedTool(tools, timeout)
 
 

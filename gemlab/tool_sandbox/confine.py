@@ -26,20 +26,57 @@ ARCH = os.uname().machine
 
 # System call numbers: x86_64, aarch64 (None where the call does not exist there).
 CALLS = {
-    "socket": (41, 198), "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
-    "inotify_init": (253, None), "inotify_init1": (294, 26), "fanotify_init": (300, 262),
-    "setxattr": (188, 5), "lsetxattr": (189, 6), "fsetxattr": (190, 7), "removexattr": (197, 14),
-    "lremovexattr": (198, 15), "fremovexattr": (199, 16), "setxattrat": (463, 463), "removexattrat": (466, 466),
-    "chown": (92, None), "fchown": (93, 55), "lchown": (94, None), "fchownat": (260, 54),
-    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51), "unshare": (272, 97),
-    "setns": (308, 268), "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431),
-    "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442),
-    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
-    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
-    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282),
-    "name_to_handle_at": (303, 264), "open_by_handle_at": (304, 265), "kexec_load": (246, 104),
-    "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106), "acct": (163, 89),
-    "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142),
+    "socket": (41, 198),
+    "keyctl": (250, 219),
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "inotify_init": (253, None),
+    "inotify_init1": (294, 26),
+    "fanotify_init": (300, 262),
+    "setxattr": (188, 5),
+    "lsetxattr": (189, 6),
+    "fsetxattr": (190, 7),
+    "removexattr": (197, 14),
+    "lremovexattr": (198, 15),
+    "fremovexattr": (199, 16),
+    "setxattrat": (463, 463),
+    "removexattrat": (466, 466),
+    "chown": (92, None),
+    "fchown": (93, 55),
+    "lchown": (94, None),
+    "fchownat": (260, 54),
+    "mount": (165, 40),
+    "umount2": (166, 39),
+    "pivot_root": (155, 41),
+    "chroot": (161, 51),
+    "unshare": (272, 97),
+    "setns": (308, 268),
+    "open_tree": (428, 428),
+    "move_mount": (429, 429),
+    "fsopen": (430, 430),
+    "fsconfig": (431, 431),
+    "fsmount": (432, 432),
+    "fspick": (433, 433),
+    "mount_setattr": (442, 442),
+    "ptrace": (101, 117),
+    "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "bpf": (321, 280),
+    "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282),
+    "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265),
+    "kexec_load": (246, 104),
+    "init_module": (175, 105),
+    "finit_module": (313, 273),
+    "delete_module": (176, 106),
+    "acct": (163, 89),
+    "swapon": (167, 224),
+    "swapoff": (168, 225),
+    "reboot": (169, 142),
 }
 #: Refused where the run has no private root (its files are the user's): metadata changes.
 METADATA_CALLS = {
@@ -48,10 +85,35 @@ METADATA_CALLS = {
 }
 SETUP_CALLS = {"pivot_root": (155, 41), "clone3": (435, 435), "clone": (56, 220)}
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
+    0x20000,
+    0x4000000,
+    0x8000000,
+    0x10000000,
+    0x20000000,
+    0x40000000,
+)
 CLONE_NEWCGROUP, CLONE_NEWTIME = 0x2000000, 0x80
-CLONE_NEW_ANY = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_NEWTIME
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+CLONE_NEW_ANY = (
+    CLONE_NEWNS
+    | CLONE_NEWUTS
+    | CLONE_NEWIPC
+    | CLONE_NEWUSER
+    | CLONE_NEWPID
+    | CLONE_NEWNET
+    | CLONE_NEWCGROUP
+    | CLONE_NEWTIME
+)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1,
+    2,
+    4,
+    8,
+    32,
+    4096,
+    16384,
+    1 << 18,
+)
 MNT_DETACH = 2
 DEVICES = ["null", "zero", "full", "random", "urandom"]
 PROC_READ_ONLY = ["sys", "sysrq-trigger", "irq", "bus", "fs"]
@@ -86,7 +148,11 @@ def enter_user_namespace(inside_uid: int) -> None:
     its uid and gid mapped to ``inside_uid``; its next child is the first process of the pid one."""
     uid, gid = os.geteuid(), os.getegid()
     _check(LIBC.unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{inside_uid} {uid} 1"), ("gid_map", f"{inside_uid} {gid} 1")):
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{inside_uid} {uid} 1"),
+        ("gid_map", f"{inside_uid} {gid} 1"),
+    ):
         with open(f"/proc/self/{name}", "w") as file:
             file.write(text)
 
@@ -108,7 +174,14 @@ def _mount(source: "str | None", target: str, kind: "str | None", flags: int, da
 def _locked_flags(path: str) -> int:
     """The flags a read-only remount of a bind of ``path`` must keep (those its mount has)."""
     flags = os.statvfs(path).f_flag
-    kept = ((os.ST_NOSUID, MS_NOSUID), (os.ST_NODEV, MS_NODEV), (os.ST_NOEXEC, MS_NOEXEC), (os.ST_NOATIME, 1024), (os.ST_NODIRATIME, 2048), (os.ST_RELATIME, 1 << 21))
+    kept = (
+        (os.ST_NOSUID, MS_NOSUID),
+        (os.ST_NODEV, MS_NODEV),
+        (os.ST_NOEXEC, MS_NOEXEC),
+        (os.ST_NOATIME, 1024),
+        (os.ST_NODIRATIME, 2048),
+        (os.ST_RELATIME, 1 << 21),
+    )
     return sum(ms for st, ms in kept if flags & st)
 
 
@@ -126,7 +199,9 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
             sources[real] = os.open(real, os.O_PATH | os.O_CLOEXEC)
         if real != path and real in sources:  # reached through a link (/lib -> usr/lib, /home -> var/home)
             links[path] = real
-    devices = {name: os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC) for name in DEVICES if os.path.exists(f"/dev/{name}")}
+    devices = {
+        name: os.open(f"/dev/{name}", os.O_PATH | os.O_CLOEXEC) for name in DEVICES if os.path.exists(f"/dev/{name}")
+    }
     new = "/tmp"  # any folder will do: the tmpfs over it is seen only in this namespace
     _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     os.makedirs(new + "/tmp")  # first: a Python install under /tmp is bound inside it, not hidden by it
@@ -156,11 +231,17 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
     os.symlink("/tmp", new + "/dev/shm")  # POSIX semaphores (multiprocessing) live in the run's folder
     if with_proc:
         os.makedirs(new + "/proc")
-        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)  # nothing in it is the code's to change
+        # nothing in it is the code's to change
+        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
         for name in PROC_READ_ONLY:  # the kernel's settings (owned by root, which the trainer may be): as bwrap does
             if os.path.exists(f"{new}/proc/{name}"):
                 _mount(f"{new}/proc/{name}", f"{new}/proc/{name}", None, MS_BIND | MS_REC)
-                _mount(None, f"{new}/proc/{name}", None, MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(f"{new}/proc/{name}"))
+                _mount(
+                    None,
+                    f"{new}/proc/{name}",
+                    None,
+                    MS_REMOUNT | MS_BIND | MS_RDONLY | _locked_flags(f"{new}/proc/{name}"),
+                )
         for name in PROC_HIDDEN:  # what root could read of the machine and of the trainer's keys: as Docker does
             if os.path.exists(f"{new}/proc/{name}"):
                 _mount(f"{new}/dev/null", f"{new}/proc/{name}", None, MS_BIND)
@@ -174,7 +255,9 @@ def private_root(readable: list, run_bytes: int, files: dict, with_proc: bool) -
 
 def fresh_keyring() -> None:
     """Join a new, empty session keyring (KEYCTL_JOIN_SESSION_KEYRING with no name)."""
-    _check(LIBC.syscall(ctypes.c_long(_required("keyctl", CALLS)), ctypes.c_long(1), None), "keyctl(join session keyring)")
+    _check(
+        LIBC.syscall(ctypes.c_long(_required("keyctl", CALLS)), ctypes.c_long(1), None), "keyctl(join session keyring)"
+    )
 
 
 def landlock(abi: int, writable: list, readable: list) -> None:
@@ -184,9 +267,16 @@ def landlock(abi: int, writable: list, readable: list) -> None:
     execute, write_file, read_file, read_dir = 1, 2, 4, 8
     refer, truncate, ioctl_dev = 1 << 13, 1 << 14, 1 << 15
     file_rights = execute | write_file | read_file | truncate | ioctl_dev
-    handled = (1 << 13) - 1 | (refer if abi >= 2 else 0) | (truncate if abi >= 3 else 0) | (ioctl_dev if abi >= 5 else 0)
-    attr = struct.pack("=QQQ", handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[: 8 if abi < 4 else 16 if abi < 6 else 24]
-    ruleset = _check(LIBC.syscall(ctypes.c_long(444), ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)), "landlock_create_ruleset")
+    handled = (
+        (1 << 13) - 1 | (refer if abi >= 2 else 0) | (truncate if abi >= 3 else 0) | (ioctl_dev if abi >= 5 else 0)
+    )
+    attr = struct.pack("=QQQ", handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)[
+        : 8 if abi < 4 else 16 if abi < 6 else 24
+    ]
+    ruleset = _check(
+        LIBC.syscall(ctypes.c_long(444), ctypes.c_char_p(attr), ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)),
+        "landlock_create_ruleset",
+    )
     rules = [(path, read_file | read_dir | execute) for path in readable] + [(path, handled) for path in writable]
     for path, access in rules:
         try:
@@ -196,7 +286,9 @@ def landlock(abi: int, writable: list, readable: list) -> None:
         if not os.path.isdir(path):
             access &= file_rights
         rule = struct.pack("=Qi", access & handled, fd)
-        added = LIBC.syscall(ctypes.c_long(445), ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.c_char_p(rule), ctypes.c_uint32(0))
+        added = LIBC.syscall(
+            ctypes.c_long(445), ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.c_char_p(rule), ctypes.c_uint32(0)
+        )
         os.close(fd)
         _check(added, f"landlock_add_rule {path}")
     _check(LIBC.syscall(ctypes.c_long(446), ctypes.c_int(ruleset), ctypes.c_uint32(0)), "landlock_restrict_self")
@@ -217,7 +309,12 @@ def seccomp_program(metadata: bool) -> bytes:
     for number in refused:
         code += [(jeq, 0, 1, number), (ret, 0, 0, errno_base | 1)]
     code += [(jeq, 0, 1, _required("clone3", SETUP_CALLS)), (ret, 0, 0, errno_base | 38)]
-    code += [(jeq, 0, 3, _required("clone", SETUP_CALLS)), (ld_abs, 0, 0, 16), (jset, 0, 1, CLONE_NEW_ANY), (ret, 0, 0, errno_base | 1)]
+    code += [
+        (jeq, 0, 3, _required("clone", SETUP_CALLS)),
+        (ld_abs, 0, 0, 16),
+        (jset, 0, 1, CLONE_NEW_ANY),
+        (ret, 0, 0, errno_base | 1),
+    ]
     code += [(ret, 0, 0, allow)]
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
 

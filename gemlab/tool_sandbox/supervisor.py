@@ -81,13 +81,25 @@ def bwrap_command(args: list, seccomp_fd: int) -> list:
     after = ["--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--remount-ro", "/"]
     # the kernel's settings, read-only, and what root could read of the machine and of the trainer's
     # keys, hidden (the code runs as the trainer's uid, which may be root's: bwrap covers /proc/irq only)
-    after += [part for name in confine.PROC_READ_ONLY if os.path.exists(f"/proc/{name}") for part in ("--ro-bind", f"/proc/{name}", f"/proc/{name}")]
-    after += [part for name in confine.PROC_HIDDEN if os.path.exists(f"/proc/{name}") for part in ("--ro-bind", "/dev/null", f"/proc/{name}")]
+    after += [
+        part
+        for name in confine.PROC_READ_ONLY
+        if os.path.exists(f"/proc/{name}")
+        for part in ("--ro-bind", f"/proc/{name}", f"/proc/{name}")
+    ]
+    after += [
+        part
+        for name in confine.PROC_HIDDEN
+        if os.path.exists(f"/proc/{name}")
+        for part in ("--ro-bind", "/dev/null", f"/proc/{name}")
+    ]
     after += ["--remount-ro", "/proc"]  # nothing in it is the code's to change
     return [CONFIG["bwrap"], *ours, *binds, *args[:index], *after, *args[index:]]
 
 
-def in_child(command: list, env: dict, outputs: tuple, cgroups: list, tasks: int, folder: str | None, files: dict, program: bytes) -> None:
+def in_child(
+    command: list, env: dict, outputs: tuple, cgroups: list, tasks: int, folder: str | None, files: dict, program: bytes
+) -> None:
     """Runs in the forked child: cgroups, session, limits, confinement, then the command (never returns)."""
     for cgroup in cgroups:
         with open(os.path.join(cgroup, "cgroup.procs"), "w") as file:
@@ -98,7 +110,12 @@ def in_child(command: list, env: dict, outputs: tuple, cgroups: list, tasks: int
         os.dup2(fd, target)
     cpu = CONFIG["timeout"] + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    for name, value in (("RLIMIT_AS", CONFIG["memory_bytes"]), ("RLIMIT_FSIZE", CONFIG["file_bytes"]), ("RLIMIT_NOFILE", 64), ("RLIMIT_CORE", 0)):
+    for name, value in (
+        ("RLIMIT_AS", CONFIG["memory_bytes"]),
+        ("RLIMIT_FSIZE", CONFIG["file_bytes"]),
+        ("RLIMIT_NOFILE", 64),
+        ("RLIMIT_CORE", 0),
+    ):
         resource.setrlimit(getattr(resource, name), (value, value))
     if tasks:  # root is exempt from RLIMIT_NPROC; the cgroup bounds it there
         resource.setrlimit(resource.RLIMIT_NPROC, (tasks + CONFIG["processes"],) * 2)
@@ -111,7 +128,11 @@ def in_child(command: list, env: dict, outputs: tuple, cgroups: list, tasks: int
         os.chdir(folder)
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid program (su, sudo) gains anything inside
     if folder is not None and CONFIG["landlock"]:
-        confine.landlock(CONFIG["landlock"], [folder, os.devnull], CONFIG["prefixes"] + CONFIG["system_dirs"] + [os.devnull.replace("null", "urandom")])
+        confine.landlock(
+            CONFIG["landlock"],
+            [folder, os.devnull],
+            CONFIG["prefixes"] + CONFIG["system_dirs"] + [os.devnull.replace("null", "urandom")],
+        )
     if program:
         confine.install_seccomp(program)
     os.execve(command[0], command, env)
@@ -174,7 +195,8 @@ def relay(pid: int, fds: tuple, watch_orphans: bool) -> str:
             sent[fd] += len(data)
             if len(data) > room:
                 return f"\n[output cut at {cap} bytes]\n"
-        if watch_orphans and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):  # what it left holds the pipes
+        # what it left holds the pipes
+        if watch_orphans and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
             for other in descendants():
                 if other != pid:
                     try:
@@ -254,7 +276,9 @@ def supervise(args: list, bwrap: bool) -> int:
     """Run GEM's command with the limits and confinement; pass its output on up to the cap."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join(part for part in env.get("PATH", "").split(os.pathsep) if part != CONFIG["folder"])
-    program = confine.seccomp_program(metadata=not (bwrap or CONFIG["isolated"])) if LINUX and CONFIG["seccomp"] else b""
+    program = (
+        confine.seccomp_program(metadata=not (bwrap or CONFIG["isolated"])) if LINUX and CONFIG["seccomp"] else b""
+    )
     folder, files, seccomp_fd = None, {}, -1
     if bwrap:
         if program:

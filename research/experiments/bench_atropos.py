@@ -60,7 +60,16 @@ def run(seed: int, steps: int, staleness: int, groups: int, group_size: int, lea
         with BackgroundServer(create_app(slot, model_name=TINY_CHAT)) as server:
             env = example.GuessNumberEnv(
                 example.GuessConfig(group_size=group_size, use_wandb=False, tokenizer_name=folder, seed=seed),
-                [APIServerConfig(model_name=TINY_CHAT, base_url=server.url, api_key="local", server_type="sglang", tokenizer_name=folder, health_check=False)],
+                [
+                    APIServerConfig(
+                        model_name=TINY_CHAT,
+                        base_url=server.url,
+                        api_key="local",
+                        server_type="sglang",
+                        tokenizer_name=folder,
+                        health_check=False,
+                    )
+                ],
             )
 
             async def loop() -> list[dict]:

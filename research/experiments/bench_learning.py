@@ -56,9 +56,14 @@ def table(title: str, rows: dict[int, dict[str, float]]) -> str:
     """Per-seed and mean first-10 / last-10 success, gain and wall time, as aligned text."""
     lines = [title, f"{'seed':>6} {'first-10':>9} {'last-10':>9} {'gain':>7} {'wall (s)':>9}"]
     for seed, r in rows.items():
-        lines.append(f"{seed:>6} {r['first']:>9.3f} {r['last']:>9.3f} {r['last'] - r['first']:>+7.3f} {r['wall']:>9.0f}")
+        lines.append(
+            f"{seed:>6} {r['first']:>9.3f} {r['last']:>9.3f} {r['last'] - r['first']:>+7.3f} {r['wall']:>9.0f}"
+        )
     mean = {k: float(np.mean([r[k] for r in rows.values()])) for k in ("first", "last", "wall")}
-    lines.append(f"{'mean':>6} {mean['first']:>9.3f} {mean['last']:>9.3f} {mean['last'] - mean['first']:>+7.3f} {mean['wall']:>9.0f}")
+    lines.append(
+        f"{'mean':>6} {mean['first']:>9.3f} {mean['last']:>9.3f} {mean['last'] - mean['first']:>+7.3f} "
+        f"{mean['wall']:>9.0f}"
+    )
     improving = sum(r["last"] > r["first"] for r in rows.values())
     lines.append(f"seeds improving: {improving}/{len(rows)}")
     return "\n".join(lines)
@@ -80,8 +85,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--no-baseline", action="store_true", help="skip the runs with normalization='none'")
-    parser.add_argument("--save-runs", type=Path, default=None, help="keep each run's metrics and config in DIR/<normalization>-seed<seed>")
-    parser.add_argument("--plot", type=Path, default=None, help="write the success-rate curves (mean and band over seeds) to this PNG")
+    parser.add_argument(
+        "--save-runs",
+        type=Path,
+        default=None,
+        help="keep each run's metrics and config in DIR/<normalization>-seed<seed>",
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=None, help="write the success-rate curves (mean and band over seeds) to this PNG"
+    )
     parser.add_argument("overrides", nargs="*", help="Config fields as key=value, applied on top of the laptop preset")
     args = parser.parse_args()
     os.environ.setdefault("GEMLAB_THREADS", "2")
@@ -97,14 +109,20 @@ def main() -> None:
             rows = {}
             for seed in args.seeds:
                 rows[seed] = r = run_one(config, seed, normalization, log_dir, args.save_runs)
-                groups.setdefault(LEGEND.get(normalization, normalization), []).append(Path(log_dir) / f"{normalization}-seed{seed}")
+                groups.setdefault(LEGEND.get(normalization, normalization), []).append(
+                    Path(log_dir) / f"{normalization}-seed{seed}"
+                )
                 print(f"  {normalization} seed {seed}: first-10 {r['first']:.3f} last-10 {r['last']:.3f} "
                       f"wall {r['wall']:.0f}s", flush=True)
             print()
             print(table(f"normalization={normalization!r} (success rate = fraction of episodes won)", rows))
             print(flush=True)
         if args.plot is not None:
-            plot(groups, args.plot, f"{config.env_id.split(':')[-1]}, {config.model_name}: success rate over {len(args.seeds)} seeds")
+            plot(
+                groups,
+                args.plot,
+                f"{config.env_id.split(':')[-1]}, {config.model_name}: success rate over {len(args.seeds)} seeds",
+            )
             print(f"plot: {args.plot}")
 
 

@@ -3,7 +3,8 @@ synchronous Trainer, on one task (SmolLM2-135M-Instruct, ``preset=smollm2``'s su
 the same warmed-up weights.
 
     python research/experiments/decoupled_vs_sync.py --seeds 0 1 2 3 4 --steps 15 --out research/data/decoupled-vs-sync
-    python research/experiments/decoupled_vs_sync.py --report research/data/decoupled-vs-sync --plot docs/figures/decoupled-vs-sync.png
+    python research/experiments/decoupled_vs_sync.py --report research/data/decoupled-vs-sync --plot
+    docs/figures/decoupled-vs-sync.png
 
 Per seed: the preset's Trainer runs its warm-up and saves it; the **synchronous** arm is that
 Trainer going on for ``--steps`` RL steps (sample 64 answers, train, repeat). The **decoupled** arm
@@ -63,7 +64,15 @@ def free_port() -> int:
 
 def run_seed(seed: int, steps: int, out: Path, work: Path) -> None:
     """Both arms of one seed from one warm-up: their records under ``out``, checkpoints and logs under ``work``."""
-    config = make_config("smollm2", seed=seed, max_steps=steps, eval_every=0, log_dir=str(work), run_name=f"sync-seed{seed}", save_every=-1)
+    config = make_config(
+        "smollm2",
+        seed=seed,
+        max_steps=steps,
+        eval_every=0,
+        log_dir=str(work),
+        run_name=f"sync-seed{seed}",
+        save_every=-1,
+    )
     trainer = Trainer(config, progress=False)
     try:
         trainer.warmup()
@@ -84,16 +93,58 @@ def run_decoupled(config: chz.Chz, seed: int, steps: int, warm: Path, out: Path,
     logs = work / f"{name}-logs"
     logs.mkdir(parents=True, exist_ok=True)
     trainer_args = [
-        "-m", "gemlab.atropos", f"model_name={config.model_name}", f"init_state={warm}", f"lora_rank={config.lora_rank}",
-        f"learning_rate={config.learning_rate}", f"batch_size={ANSWERS_PER_STEP}", f"max_steps={steps}", f"save_every={steps}", f"seed={seed}", "advantage=grpo",
-        "max_staleness=3", "max_token_len=512", f"log_dir={work}", f"run_name={name}", f"api_url={api}", f"serve_port={serve_port}", "poll_seconds=0.1",
+        "-m",
+        "gemlab.atropos",
+        f"model_name={config.model_name}",
+        f"init_state={warm}",
+        f"lora_rank={config.lora_rank}",
+        f"learning_rate={config.learning_rate}",
+        f"batch_size={ANSWERS_PER_STEP}",
+        f"max_steps={steps}",
+        f"save_every={steps}",
+        f"seed={seed}",
+        "advantage=grpo",
+        "max_staleness=3",
+        "max_token_len=512",
+        f"log_dir={work}",
+        f"run_name={name}",
+        f"api_url={api}",
+        f"serve_port={serve_port}",
+        "poll_seconds=0.1",
     ]
     env_args = [
-        str(ENV), "serve", "--env.env_id", config.env_id, "--env.group_size", str(config.group_size), "--env.max_reply_tokens", str(config.max_tokens),
-        "--env.temperature", str(config.temperature), "--env.seed", str(seed), "--env.scores_path", str(logs / "scores.jsonl"),
-        "--env.rollout_server_url", api, "--openai.base_url", f"http://127.0.0.1:{serve_port}/v1", "--openai.server_type", "sglang",
-        "--openai.model_name", config.model_name, "--openai.api_key", "local",
-        "--env.use_wandb", "false", "--env.total_steps", "100000", "--env.ensure_scores_are_not_same", "false", "--slurm", "false",
+        str(ENV),
+        "serve",
+        "--env.env_id",
+        config.env_id,
+        "--env.group_size",
+        str(config.group_size),
+        "--env.max_reply_tokens",
+        str(config.max_tokens),
+        "--env.temperature",
+        str(config.temperature),
+        "--env.seed",
+        str(seed),
+        "--env.scores_path",
+        str(logs / "scores.jsonl"),
+        "--env.rollout_server_url",
+        api,
+        "--openai.base_url",
+        f"http://127.0.0.1:{serve_port}/v1",
+        "--openai.server_type",
+        "sglang",
+        "--openai.model_name",
+        config.model_name,
+        "--openai.api_key",
+        "local",
+        "--env.use_wandb",
+        "false",
+        "--env.total_steps",
+        "100000",
+        "--env.ensure_scores_are_not_same",
+        "false",
+        "--slurm",
+        "false",
     ]
     started: list[subprocess.Popen] = []
 
@@ -109,7 +160,8 @@ def run_decoupled(config: chz.Chz, seed: int, steps: int, warm: Path, out: Path,
             if trainer.poll() is not None:
                 raise SystemExit(f"the trainer ended with {trainer.returncode}: see {logs / 'trainer.log'}")
             time.sleep(0.1)
-        tokenizer = re.search(r"--env\.tokenizer_name (\S+)", (logs / "trainer.log").read_text()).group(1)  # as the trainer prints it
+        # as the trainer prints it
+        tokenizer = re.search(r"--env\.tokenizer_name (\S+)", (logs / "trainer.log").read_text()).group(1)
         env_args += ["--openai.tokenizer_name", tokenizer, "--env.tokenizer_name", tokenizer]
         # its first step starts waiting for a batch now: the clock the environment's log is read on
         clock = json.dumps({"first_step_start": time.time()})
@@ -117,7 +169,9 @@ def run_decoupled(config: chz.Chz, seed: int, steps: int, warm: Path, out: Path,
         if trainer.wait() != 0:
             raise SystemExit(f"the trainer ended with {trainer.returncode}: see {logs / 'trainer.log'}")
         # the record only: no checkpoints; the environment's log of every group and the clock it is read on
-        export_run(work / name, out / name, extra={"scores.jsonl": (logs / "scores.jsonl").read_text(), "clock.json": clock})
+        export_run(
+            work / name, out / name, extra={"scores.jsonl": (logs / "scores.jsonl").read_text(), "clock.json": clock}
+        )
     finally:
         for process in reversed(started):
             if process.poll() is None:
@@ -144,9 +198,12 @@ def arm(folder: Path) -> dict[str, np.ndarray]:
     scores = read_rows(folder / "scores.jsonl").rows
     if scores:  # decoupled: every group the environment sampled, stale ones too
         start_abs = json.loads((folder / "clock.json").read_text())["first_step_start"]
-        series["answer_time"] = np.repeat(np.array([s["time"] for s in scores]) - start_abs, [len(s["scores"]) for s in scores])
+        series["answer_time"] = np.repeat(
+            np.array([s["time"] for s in scores]) - start_abs, [len(s["scores"]) for s in scores]
+        )
         series["answer_score"] = np.concatenate([s["scores"] for s in scores])
-        series["sampled_tokens"] = np.full(len(rows), sum(sum(s["tokens"]) for s in scores) / len(rows))  # all it sampled, per step
+        # all it sampled, per step
+        series["sampled_tokens"] = np.full(len(rows), sum(sum(s["tokens"]) for s in scores) / len(rows))
     else:
         series["answer_time"] = np.repeat(np.array([r["time/sample_end"] for r in rows]) - start, ANSWERS_PER_STEP)
         series["answer_score"] = np.repeat([r["sampler/success_rate"] for r in rows], ANSWERS_PER_STEP)
@@ -181,12 +238,19 @@ def summary(series: dict[str, np.ndarray], level: float) -> dict[str, float]:
 
 
 def report(folder: Path, level: float, plot: Path | None) -> None:
-    seeds = sorted(int(p.name.removeprefix("sync-seed")) for p in folder.glob("sync-seed*") if (folder / f"decoupled-seed{p.name[9:]}" / "metrics.jsonl").exists())
+    seeds = sorted(
+        int(p.name.removeprefix("sync-seed"))
+        for p in folder.glob("sync-seed*")
+        if (folder / f"decoupled-seed{p.name[9:]}" / "metrics.jsonl").exists()
+    )
     if not seeds:
         raise SystemExit(f"no seed of {folder} has both arms (sync-seed<N>/ and decoupled-seed<N>/)")
     runs = {name: [arm(folder / f"{name}-seed{s}") for s in seeds] for name in ("sync", "decoupled")}
     rows = {name: [summary(r, level) for r in series] for name, series in runs.items()}
-    print(f"{folder}: seeds {seeds}; plateau: the last {WINDOW * ANSWERS_PER_STEP} answers sampled at {level} or more; 95% bootstrap intervals over seeds")
+    print(
+        f"{folder}: seeds {seeds}; plateau: the last {WINDOW * ANSWERS_PER_STEP} answers sampled at {level} or "
+        "more; 95% bootstrap intervals over seeds"
+    )
     print(f"| | {' | '.join(rows['sync'][0])} |\n|---|{'---|' * len(rows['sync'][0])}")
     for name in rows:
         for s, row in zip(seeds, rows[name], strict=True):
@@ -197,14 +261,20 @@ def report(folder: Path, level: float, plot: Path | None) -> None:
             values = [r[key] for r in rows[name]]
             reached = [v for v in values if np.isfinite(v)]
             if len(reached) < len(values):
-                cells.append(f"{len(reached)} of {len(values)} reached" + (f", median {np.median(reached):.3g}" if reached else ""))
+                cells.append(
+                    f"{len(reached)} of {len(values)} reached"
+                    + (f", median {np.median(reached):.3g}" if reached else "")
+                )
             else:
                 est = interval(values) if len(values) > 1 else None
                 cells.append(f"**{np.mean(values):.3g}**" + (f" [{est.low:.3g}, {est.high:.3g}]" if est else ""))
         print(f"| {name}, mean | " + " | ".join(cells) + " |")
     for key in ("s/step", "|gap|", "reward last", "wall s") if len(seeds) > 1 else ():
         c = paired_contrast([r[key] for r in rows["decoupled"]], [r[key] for r in rows["sync"]])
-        print(f"decoupled - sync, {key}: {c.difference:+.3g} [{c.low:+.3g}, {c.high:+.3g}] (paired by seed), sign-flip p {c.p:.3f}")
+        print(
+            f"decoupled - sync, {key}: {c.difference:+.3g} [{c.low:+.3g}, {c.high:+.3g}] (paired by seed), "
+            f"sign-flip p {c.p:.3f}"
+        )
     if plot is not None:
         draw(runs, level, plot)
         print(f"wrote {plot}")
@@ -235,13 +305,19 @@ def draw(runs: dict[str, list[dict[str, np.ndarray]]], level: float, path: Path)
         gaps = np.array([s["gap"][:steps] for s in series])
         axes[2].plot(range(steps), gaps.mean(axis=0), color=color, marker="o", ms=3, label=name)
     axes[0].axhline(level, color="gray", ls="--", lw=1)
-    axes[0].set(xlabel="seconds since the first RL step started", ylabel=f"reward, last {n} answers sampled", title="Reward over wall-clock time")
+    axes[0].set(
+        xlabel="seconds since the first RL step started",
+        ylabel=f"reward, last {n} answers sampled",
+        title="Reward over wall-clock time",
+    )
     axes[1].set(xlabel="update", ylabel="reward of the batch it trained on", title="Reward per step")
     axes[2].set(xlabel="update", ylabel="mean |sampler - learner| logprob", title="Sampler/learner gap")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"SmolLM2-135M on sums: Atropos's decoupled layout against the synchronous Trainer ({cpu_name()}, 2 cores)")
+    fig.suptitle(
+        f"SmolLM2-135M on sums: Atropos's decoupled layout against the synchronous Trainer ({cpu_name()}, 2 cores)"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -252,7 +328,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--out", type=Path, default=Path("research/data/decoupled-vs-sync"))
-    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "gemlab-decoupled-vs-sync", help="checkpoints and process logs")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "gemlab-decoupled-vs-sync",
+        help="checkpoints and process logs",
+    )
     parser.add_argument("--report", type=Path, help="only report on the runs in this folder")
     parser.add_argument("--plot", type=Path, help="with --report: draw the figure here")
     parser.add_argument("--plateau", type=float, default=0.6)

@@ -90,7 +90,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--steps", type=int, default=3, help="RL steps after the warm-up")
-    parser.add_argument("--preset", default="smollm2", help="the gemlab preset to run (smollm2, smollm2-tool, smollm2-guess)")
+    parser.add_argument(
+        "--preset", default="smollm2", help="the gemlab preset to run (smollm2, smollm2-tool, smollm2-guess)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--trim", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -105,14 +107,25 @@ def main() -> None:
         settings = VARIANTS[name]
         print(f"\n{name}: {' '.join(f'{k}={v}' for k, v in settings.items()) or 'glibc defaults'}")
         print(f"  {'after':34} {'RSS GB':>7} {'peak GB':>8} {'tensors GB':>11}")
-        command = [sys.executable, __file__, "--child", "--steps", str(args.steps), "--preset", args.preset, *(["--trim"] if name == "trim" else [])]
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--steps",
+            str(args.steps),
+            "--preset",
+            args.preset,
+            *(["--trim"] if name == "trim" else []),
+        ]
         run = subprocess.Popen(command, env={**os.environ, **settings}, stdout=subprocess.PIPE, text=True)
         rows = []
         for line in run.stdout:
             if line.startswith("{"):
                 row = json.loads(line)
                 rows.append(row)
-                print(f"  {row['stage']:34} {row['VmRSS']:7.2f} {row['VmHWM']:8.2f} {row['tensors_gb']:11.2f}", flush=True)
+                print(
+                    f"  {row['stage']:34} {row['VmRSS']:7.2f} {row['VmHWM']:8.2f} {row['tensors_gb']:11.2f}", flush=True
+                )
         if run.wait() != 0:
             sys.exit(f"the {name} run failed (exit {run.returncode})")
         times = [row["step_s"] for row in rows if "step_s" in row]

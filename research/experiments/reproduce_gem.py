@@ -38,7 +38,9 @@ from gemlab.studies.figures import FIGURES, aggregate_table, best_learning_rates
 from gemlab.studies.runner import estimate_seconds, format_duration, read_timings, run_studies
 
 # recorded costs: the pilot's timings.jsonl (CPU seconds per step), then the old runs' step times
-REFERENCES = tuple(Path(root) / study for root in ("data/pilot", "data/figures", "research/data/figures-40steps") for study in STUDIES)
+REFERENCES = tuple(
+    Path(root) / study for root in ("data/pilot", "data/figures", "research/data/figures-40steps") for study in STUDIES
+)
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -55,14 +57,37 @@ def parse_overrides(pairs: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", choices=STUDIES, action="append", help=f"a study to run (repeatable; default: {', '.join(LAPTOP_STUDIES)}, in order)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds per arm of gamma and algorithms (default 0-9), of smollm2 (default 0-4)")
-    parser.add_argument("--tuning-seeds", type=int, nargs="+", help=f"seeds of the learning-rate sweep (default {list(TUNING_SEEDS)}; keep them apart from --seeds)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--study",
+        choices=STUDIES,
+        action="append",
+        help=f"a study to run (repeatable; default: {', '.join(LAPTOP_STUDIES)}, in order)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="seeds per arm of gamma and algorithms (default 0-9), of smollm2 (default 0-4)",
+    )
+    parser.add_argument(
+        "--tuning-seeds",
+        type=int,
+        nargs="+",
+        help=f"seeds of the learning-rate sweep (default {list(TUNING_SEEDS)}; keep them apart from --seeds)",
+    )
     parser.add_argument("--steps", type=int, help=f"steps per run (default per study: {STEPS})")
-    parser.add_argument("--env", action="append", choices=list(ENVIRONMENTS), help="environments of tuning/algorithms (default: all)")
-    parser.add_argument("--eval-every", type=int, default=None, help="steps between evaluations on the fixed set (default 10)")
-    parser.add_argument("--eval-games", type=int, default=None, help="games in the fixed evaluation set (default 32; smollm2: 64)")
+    parser.add_argument(
+        "--env", action="append", choices=list(ENVIRONMENTS), help="environments of tuning/algorithms (default: all)"
+    )
+    parser.add_argument(
+        "--eval-every", type=int, default=None, help="steps between evaluations on the fixed set (default 10)"
+    )
+    parser.add_argument(
+        "--eval-games", type=int, default=None, help="games in the fixed evaluation set (default 32; smollm2: 64)"
+    )
     parser.add_argument("--root", default="data/figures", help="where the study folders go (default data/figures)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (local backend: one per core)")
     parser.add_argument("--concurrency", type=int, default=0, help="runs interleaved in this process (real Tinker)")
@@ -72,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("steps", "eval_every", "eval_games"):
         value = getattr(args, name)
         if value is not None and (value < (0 if name == "eval_every" else 1)):
-            print(f"reproduce_gem: --{name.replace('_', '-')} must be a {'non-negative' if name == 'eval_every' else 'positive'} integer", file=sys.stderr)
+            print(
+                f"reproduce_gem: --{name.replace('_', '-')} must be a "
+                f"{'non-negative' if name == 'eval_every' else 'positive'} integer",
+                file=sys.stderr,
+            )
             return 2
     if args.jobs < 1 or args.concurrency < 0:
         print("reproduce_gem: --jobs must be at least 1 and --concurrency at least 0", file=sys.stderr)
@@ -107,9 +136,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"reproduce_gem: {error}", file=sys.stderr)
             return 2
-        seconds, unknown = estimate_seconds(runs, (Path(args.root) / study, *REFERENCES), jobs=max(args.jobs, args.concurrency))
+        seconds, unknown = estimate_seconds(
+            runs, (Path(args.root) / study, *REFERENCES), jobs=max(args.jobs, args.concurrency)
+        )
         note = f" (no recorded step time for {', '.join(unknown)}: left out)" if unknown else ""
-        print(f"{study}: {len(runs)} runs; the remaining steps should take about {format_duration(seconds)} with {max(args.jobs, args.concurrency)} job(s){note}")
+        print(
+            f"{study}: {len(runs)} runs; the remaining steps should take about {format_duration(seconds)} with "
+            f"{max(args.jobs, args.concurrency)} job(s){note}"
+        )
         if args.estimate_only:
             continue
         start = time.time()

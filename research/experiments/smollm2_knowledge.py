@@ -58,12 +58,18 @@ def accuracy(model: Any, tokenizer: Any, prompts: list[str], answers: list[int],
     """The share of continuations of ``prompts`` whose first integer is the answer (greedy when
     ``samples`` is 0, else ``samples`` answers each at temperature 1)."""
     encoded = tokenizer(prompts, return_tensors="pt", padding=True)
-    sampled = {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "num_return_sequences": samples} if samples else {"do_sample": False}
+    sampled = (
+        {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "num_return_sequences": samples}
+        if samples
+        else {"do_sample": False}
+    )
     with torch.no_grad():
         out = model.generate(**encoded, max_new_tokens=5, pad_token_id=tokenizer.pad_token_id, **sampled)
     texts = tokenizer.batch_decode(out[:, encoded.input_ids.shape[1]:], skip_special_tokens=True)
     per_prompt = max(samples, 1)
-    right = [bool(m := INTEGER.search(text)) and int(m.group()) == answers[i // per_prompt] for i, text in enumerate(texts)]
+    right = [
+        bool(m := INTEGER.search(text)) and int(m.group()) == answers[i // per_prompt] for i, text in enumerate(texts)
+    ]
     return sum(right) / len(right)
 
 
@@ -77,7 +83,10 @@ def main() -> None:
     tokenizer, model = load_tokenizer(SMOLLM2), build_model(SMOLLM2).eval()
     tokenizer.padding_side = "left"  # generate continues every row from its own last token
     chat = get_template("chat")  # the recipe's prompt (template=chat)
-    print(f"base {SMOLLM2}, {HELD_OUT} held-out questions per env, first integer of the reply's continuation; CPU: {cpu_name()}")
+    print(
+        f"base {SMOLLM2}, {HELD_OUT} held-out questions per env, first integer of the reply's continuation; "
+        f"CPU: {cpu_name()}"
+    )
     for env_id in args.envs:
         rows = held_out(env_id)
         answers = [answer for _, _, answer in rows]
@@ -85,7 +94,11 @@ def main() -> None:
             prompts = [chat.render_text(question, tokenizer) + begin(expression) for question, expression, _ in rows]
             greedy = accuracy(model, tokenizer, prompts, answers, 0)
             sampled = accuracy(model, tokenizer, prompts, answers, args.samples)
-            print(f"{env_id:22} reply begins {name:15} greedy {greedy:.3f}  sampled (T=1, {args.samples} each) {sampled:.3f}", flush=True)
+            print(
+                f"{env_id:22} reply begins {name:15} greedy {greedy:.3f}  sampled (T=1, {args.samples} each) "
+                f"{sampled:.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

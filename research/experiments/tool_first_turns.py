@@ -26,7 +26,8 @@ from gemlab.episodes import sampling_params
 WORDINGS = {
     "the env's": ProductsEnv.QUESTION,
     "with print(12 * 34) shown": (
-        "What is {a} * {b}? Do not work it out yourself: write one line of Python that prints it, in a ```python block, "
+        "What is {a} * {b}? Do not work it out yourself: write one line of Python that prints it, in a "
+        "```python block, "
         "for example\n```python\nprint(12 * 34)\n```\nWhen its result comes back, give that number as \\boxed{{N}}."
     ),
 }
@@ -51,7 +52,9 @@ async def first_turns(trainer: Trainer, temperature: float, count: int) -> tuple
     )
     texts = [tokenizer.decode(r.sequences[0].tokens) for r in responses]
     blocks = sum("```python" in text for text in texts)
-    right = sum(bool(re.search(rf"print\(\s*{a}\s*\*\s*{b}\s*\)", text)) for text, (a, b) in zip(texts, pairs, strict=True))
+    right = sum(
+        bool(re.search(rf"print\(\s*{a}\s*\*\s*{b}\s*\)", text)) for text, (a, b) in zip(texts, pairs, strict=True)
+    )
     return blocks, right, texts[0]
 
 
@@ -67,7 +70,10 @@ def main() -> None:
             for temperature in args.temperatures:
                 start = time.time()
                 blocks, right, example = trainer.run_on_loop(first_turns(trainer, temperature, args.problems))
-                print(f"{name:28} T={temperature}: a block in {blocks}/{args.problems}, the asked product in {right}/{args.problems} ({time.time() - start:.0f} s)")
+                print(
+                    f"{name:28} T={temperature}: a block in {blocks}/{args.problems}, the asked product in "
+                    f"{right}/{args.problems} ({time.time() - start:.0f} s)"
+                )
                 print(f"    e.g. {example[:100]!r}", flush=True)
     finally:
         trainer.close()

@@ -40,8 +40,14 @@ def served(book: VersionBook, version: int, turn_logprobs: list[list[float]]) ->
         (lambda g: g["tokens"][0].__setitem__(0, 100), r"token id in 0\.\.99"),
         (lambda g: g["scores"].__setitem__(0, float("nan")), "finite number"),
         (lambda g: g["inference_logprobs"][0].__setitem__(2, 0.5), "<= 0"),
-        (lambda g: [g[k][0].extend([3] * 20) for k in ("tokens", "masks", "inference_logprobs")], "longer than max_token_len=16"),
-        (lambda g: [g[k].extend(g[k] * 4) for k in ("tokens", "masks", "inference_logprobs", "scores")], "more than a batch"),
+        (
+            lambda g: [g[k][0].extend([3] * 20) for k in ("tokens", "masks", "inference_logprobs")],
+            "longer than max_token_len=16",
+        ),
+        (
+            lambda g: [g[k].extend(g[k] * 4) for k in ("tokens", "masks", "inference_logprobs", "scores")],
+            "more than a batch",
+        ),
     ],
 )
 def test_a_malformed_or_oversized_group_is_refused_in_one_line(change, message: str) -> None:
@@ -68,7 +74,9 @@ def test_groups_are_versioned_by_what_the_endpoint_served_and_stale_ones_dropped
 
 
 def test_the_command_line_refuses_unknown_keys_and_bad_training_values() -> None:
-    assert config_from_argv(["max_steps=2", "advantage=rebn", "start_api=true"]) == AtroposConfig(max_steps=2, advantage="rebn", start_api=True)
+    assert config_from_argv(["max_steps=2", "advantage=rebn", "start_api=true"]) == AtroposConfig(
+        max_steps=2, advantage="rebn", start_api=True
+    )
     with pytest.raises(ValueError, match="expected key=value"):
         config_from_argv(["lr=3"])
     with pytest.raises(ValueError, match="loss_fn must be one of"):

@@ -22,7 +22,12 @@ TOKENS = [1, 5, 9, 14, 3, 7, 2, 11]
 def datum() -> types.Datum:
     return types.Datum(
         model_input=types.ModelInput.from_ints(TOKENS[:-1]),
-        loss_fn_inputs={"target_tokens": TOKENS[1:], "weights": [1.0] * (len(TOKENS) - 1), "logprobs": [-1.0] * (len(TOKENS) - 1), "advantages": [1.0] * (len(TOKENS) - 1)},
+        loss_fn_inputs={
+            "target_tokens": TOKENS[1:],
+            "weights": [1.0] * (len(TOKENS) - 1),
+            "logprobs": [-1.0] * (len(TOKENS) - 1),
+            "advantages": [1.0] * (len(TOKENS) - 1),
+        },
     )
 
 
@@ -42,13 +47,17 @@ def test_a_run_starts_from_the_saved_weights_and_refuses_bad_ones(tmp_path: Path
 
     # another process sees only the folder: hand it that, to a service client rooted elsewhere
     other = LocalServiceClient(device="cpu", root=tmp_path / "other")
-    trainer = AtroposTrainer(AtroposConfig(model_name=TINY_CHAT, lora_rank=4, log_dir=str(tmp_path)), other, say=lambda _: None)
+    trainer = AtroposTrainer(
+        AtroposConfig(model_name=TINY_CHAT, lora_rank=4, log_dir=str(tmp_path)), other, say=lambda _: None
+    )
     started = asyncio.run(trainer.start_from(str(folder_of(path))))
     assert logprobs(started) == pytest.approx(logprobs(trained), abs=1e-6)
 
     with pytest.raises(ValueError, match=r"init_state='.*nowhere'.*No saved weights"):
         asyncio.run(trainer.start_from(str(tmp_path / "nowhere")))
-    smaller = AtroposTrainer(AtroposConfig(model_name=TINY, lora_rank=4, log_dir=str(tmp_path)), other, say=lambda _: None)
+    smaller = AtroposTrainer(
+        AtroposConfig(model_name=TINY, lora_rank=4, log_dir=str(tmp_path)), other, say=lambda _: None
+    )
     with pytest.raises(ValueError, match="was trained on"):
         asyncio.run(smaller.start_from(str(folder_of(path))))
 
@@ -71,4 +80,7 @@ def test_environments_get_a_tokenizer_folder_where_the_model_has_none(tmp_path: 
     tokenizer.name_or_path = str(tmp_path / "a-gguf-package")
     folder = trainer.tokenizer_folder()
     assert Path(folder) == trainer.run_dir / "tokenizer"
-    assert AutoTokenizer.from_pretrained(folder)("Calculate 3 + 4.")["input_ids"] == tokenizer("Calculate 3 + 4.")["input_ids"]
+    assert (
+        AutoTokenizer.from_pretrained(folder)("Calculate 3 + 4.")["input_ids"]
+        == tokenizer("Calculate 3 + 4.")["input_ids"]
+    )

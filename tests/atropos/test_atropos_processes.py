@@ -51,13 +51,44 @@ def test_run_api_an_environment_process_and_the_trainer_killed_and_resumed(tmp_p
     api = f"http://127.0.0.1:{api_port}"
     tokenizer = str(model_source(TINY_CHAT)[0])
     trainer_args = [
-        sys.executable, "-m", "gemlab.atropos", f"api_url={api}", f"serve_port={serve_port}", "batch_size=4", "max_steps=3",
-        "max_token_len=256", "learning_rate=2e-3", f"log_dir={tmp_path}", "run_name=guess", "batch_timeout=300", "poll_seconds=0.2",
+        sys.executable,
+        "-m",
+        "gemlab.atropos",
+        f"api_url={api}",
+        f"serve_port={serve_port}",
+        "batch_size=4",
+        "max_steps=3",
+        "max_token_len=256",
+        "learning_rate=2e-3",
+        f"log_dir={tmp_path}",
+        "run_name=guess",
+        "batch_timeout=300",
+        "poll_seconds=0.2",
     ]
     environment_args = [
-        sys.executable, str(EXAMPLE), "serve", "--env.rollout_server_url", api, "--openai.base_url", f"http://127.0.0.1:{serve_port}/v1",
-        "--openai.server_type", "sglang", "--openai.model_name", TINY_CHAT, "--openai.api_key", "local", "--openai.tokenizer_name", tokenizer,
-        "--env.tokenizer_name", tokenizer, "--env.group_size", "2", "--env.ensure_scores_are_not_same", "false", "--slurm", "false",
+        sys.executable,
+        str(EXAMPLE),
+        "serve",
+        "--env.rollout_server_url",
+        api,
+        "--openai.base_url",
+        f"http://127.0.0.1:{serve_port}/v1",
+        "--openai.server_type",
+        "sglang",
+        "--openai.model_name",
+        TINY_CHAT,
+        "--openai.api_key",
+        "local",
+        "--openai.tokenizer_name",
+        tokenizer,
+        "--env.tokenizer_name",
+        tokenizer,
+        "--env.group_size",
+        "2",
+        "--env.ensure_scores_are_not_same",
+        "false",
+        "--slurm",
+        "false",
     ]
     metrics = tmp_path / "guess" / "metrics.jsonl"
     started: list[subprocess.Popen] = []
@@ -69,14 +100,28 @@ def test_run_api_an_environment_process_and_the_trainer_killed_and_resumed(tmp_p
         return process
 
     try:
-        run_api = start([sys.executable, "-m", "atroposlib.cli.run_api", "--host", "127.0.0.1", "--port", str(api_port)], "api.log")
+        run_api = start(
+            [sys.executable, "-m", "atroposlib.cli.run_api", "--host", "127.0.0.1", "--port", str(api_port)], "api.log"
+        )
         first = start(trainer_args, "trainer1.log")
         environment = start(environment_args, "env.log")
-        wait_until(lambda: httpx.get(f"{api}/info", timeout=2).json()["batch_size"] == 4 if _answers(api) else False, 300, "registration", run_api, first)
+        wait_until(
+            lambda: httpx.get(f"{api}/info", timeout=2).json()["batch_size"] == 4 if _answers(api) else False,
+            300,
+            "registration",
+            run_api,
+            first,
+        )
         tokens = list(range(1, 9))
-        malformed = {"tokens": [tokens] * 4, "masks": [[-100] * 4 + tokens[4:]] * 4, "scores": [1.0, 0.0, 1.0, 0.0]}  # no inference_logprobs
+        # no inference_logprobs
+        malformed = {"tokens": [tokens] * 4, "masks": [[-100] * 4 + tokens[4:]] * 4, "scores": [1.0, 0.0, 1.0, 0.0]}
         long = list(range(1, 301))
-        oversized = {**malformed, "tokens": [long] * 4, "masks": [[-100] + long[1:]] * 4, "inference_logprobs": [[-0.5] * 300] * 4}
+        oversized = {
+            **malformed,
+            "tokens": [long] * 4,
+            "masks": [[-100] + long[1:]] * 4,
+            "inference_logprobs": [[-0.5] * 300] * 4,
+        }
         for item in (malformed, oversized):
             assert httpx.post(f"{api}/scored_data", json=item, timeout=10).status_code == 200
         wait_until(lambda: len(rows(metrics)) >= 2, 300, "second step", first, environment)
@@ -91,7 +136,9 @@ def test_run_api_an_environment_process_and_the_trainer_killed_and_resumed(tmp_p
                 process.wait(timeout=30)
     first_log, second_log = (tmp_path / "trainer1.log").read_text(), (tmp_path / "trainer2.log").read_text()
     refused = [line for line in first_log.splitlines() if "a /batch item was refused" in line]
-    assert any("inference_logprobs" in line for line in refused) and any("longer than max_token_len=256" in line for line in refused), first_log
+    assert any("inference_logprobs" in line for line in refused) and any(
+        "longer than max_token_len=256" in line for line in refused
+    ), first_log
     assert "Traceback" not in first_log + second_log
     assert "resuming guess from step" in second_log
     steps = rows(metrics)

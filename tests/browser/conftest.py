@@ -39,7 +39,11 @@ def browser(chromium: Path) -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is missing: pip install -e '.[test]'")
     with tempfile.TemporaryDirectory(prefix="gemlab-chromium-") as profile, sync_api.sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True, viewport={"width": 1400, "height": 900}
+            profile,
+            executable_path=str(chromium),
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1400, "height": 900},
         )
         yield context
         context.close()

@@ -23,7 +23,8 @@ What the pieces do:
   throwaway config, data, runtime, settings and workspace dirs. It serves a temporary copy of
   the repository: ``notebooks/`` holds fresh copies of the committed notebooks (outputs are never
   written back), every other top-level entry is a symlink (images copied: Jupyter serves nothing
-  through a link out of its root), so ``../data`` works as it does under nbmake. Kernels inherit ``GEMLAB_QUICK=1`` (quick mode) and ``PYTHONPATH`` = this
+  through a link out of its root), so ``../data`` works as it does under nbmake. Kernels inherit ``GEMLAB_QUICK=1``
+  (quick mode) and ``PYTHONPATH`` = this
   checkout, so they import this worktree's gemlab.
 - :class:`Notebook` is one open notebook: ``run_all``, ``problems`` (what a person would see
   as broken), ``cell_output`` / ``wait_for_change`` to check that driving a widget changed the
@@ -269,11 +270,15 @@ class JupyterLab:
             "--LabApp.extension_manager=readonly",
             *(["--allow-root"] if os.name == "posix" and os.geteuid() == 0 else []),
         ]  # fmt: skip
-        self._process = subprocess.Popen(command, cwd=self.root, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT)
+        self._process = subprocess.Popen(
+            command, cwd=self.root, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {self._process.returncode}:\n{self.log.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"jupyter lab exited with {self._process.returncode}:\n{self.log.read_text()[-2000:]}"
+                )
             try:
                 with urllib.request.urlopen(f"{self.url}/api/status?token={self.token}", timeout=2) as reply:
                     if reply.status == 200:
@@ -300,7 +305,9 @@ class JupyterLab:
         with urllib.request.urlopen(f"{self.url}/api/kernels?token={self.token}", timeout=10) as reply:
             kernels = json.loads(reply.read())
         for kernel in kernels:
-            request = urllib.request.Request(f"{self.url}/api/kernels/{kernel['id']}?token={self.token}", method="DELETE")
+            request = urllib.request.Request(
+                f"{self.url}/api/kernels/{kernel['id']}?token={self.token}", method="DELETE"
+            )
             urllib.request.urlopen(request, timeout=30).close()
 
     def add_notebook(self, name: str, notebook: dict[str, Any]) -> str:
@@ -353,7 +360,8 @@ class Notebook:
                 idle_but_running_since = idle_but_running_since or time.monotonic()
                 if time.monotonic() - idle_but_running_since > STUCK_AFTER_S:
                     raise StuckCell(
-                        f"{self.path}: code cell {running[0]} still shows [*] {STUCK_AFTER_S} s after the kernel went idle"
+                        f"{self.path}: code cell {running[0]} still shows [*] {STUCK_AFTER_S} s after the "
+                        "kernel went idle"
                     )
             else:
                 idle_but_running_since = None
@@ -384,7 +392,8 @@ class Notebook:
         self.page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
         # the first code cell gets a prompt of [*] (or a number) once the run started
         self.page.wait_for_function(
-            "panel => [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => /\\*|\\d/.test(p.textContent))",
+            "panel => [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => "
+            "/\\*|\\d/.test(p.textContent))",
             arg=self.panel.element_handle(),
             timeout=60_000,
         )
@@ -442,7 +451,10 @@ class Notebook:
                 found.append(f"cell {index}: output wider than its area, behind a horizontal scrollbar ({wide})")
         for index, (content, visible) in enumerate(self.panel.evaluate(_CODE_WIDTH_JS)):
             if content > visible + 1:
-                found.append(f"code cell {index}: a line of code wider than the editor ({content} px in {visible} px: its end is hidden)")
+                found.append(
+                    f"code cell {index}: a line of code wider than the editor ({content} px in {visible} px: "
+                    "its end is hidden)"
+                )
         counts = {"markdown": 0, "code": 0}
         for cell in self.panel.evaluate(_MARKDOWN_JS):
             where = f"{cell['kind']} cell {counts[cell['kind']]}"
@@ -490,7 +502,9 @@ class Notebook:
         """A fingerprint of a code cell's rendered output: its text plus every image's source."""
         cell = self.cell(index)
         text = cell.locator(".jp-Cell-outputWrapper").inner_text()
-        images = cell.locator(".jp-Cell-outputWrapper img").evaluate_all("imgs => imgs.map(i => i.src.length + ':' + i.src.slice(-64))")
+        images = cell.locator(".jp-Cell-outputWrapper img").evaluate_all(
+            "imgs => imgs.map(i => i.src.length + ':' + i.src.slice(-64))"
+        )
         return text + "\n" + "\n".join(images)
 
     def wait_for_change(self, index: int, before: str, timeout_s: float = 60) -> str:

@@ -16,5 +16,7 @@ def test_present_chromium_is_used_as_is(monkeypatch, tmp_path):
     browser = tmp_path / "chromium"
     browser.write_text("")
     monkeypatch.setattr(jupyterlab, "CHROMIUM", browser)
-    monkeypatch.setattr(jupyterlab.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("apt-get ran")))
+    monkeypatch.setattr(
+        jupyterlab.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("apt-get ran"))
+    )
     assert jupyterlab.find_chromium() == (Path(browser), "")

@@ -46,7 +46,9 @@ def test_the_lab_trains_from_the_browser(lab, page, screenshot_dir):
         if f"after {after} of {after} steps" in widget.inner_text() and run.is_enabled():
             break
         page.wait_for_timeout(100)
-    assert len(seen) - 1 >= 2, f"the live chart should redraw at least twice during the run; it changed {len(seen) - 1} time(s)"
+    assert len(seen) - 1 >= 2, (
+        f"the live chart should redraw at least twice during the run; it changed {len(seen) - 1} time(s)"
+    )
     status = widget.inner_text()
     assert f"finished after {after} of {after} steps" in status and "time to finish" not in status, status[:600]
 

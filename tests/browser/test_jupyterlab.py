@@ -70,12 +70,16 @@ STUCK = notebook(
 BAD_MARKDOWN = notebook(
     markdown("The logprob is $\\log P(n \\mid \\text{prompt}, \\texttt{\\textbackslash boxed\\{})$."),
     markdown("A return $G_t = r_t + \\gamma G_{t+1$ that never closes."),
-    markdown("| template | what the model sees |\n|---|---|\n| `qwen3_game` | a user turn, then `<|im_start|>assistant` |"),
+    markdown(
+        "| template | what the model sees |\n|---|---|\n| `qwen3_game` | a user turn, then `<|im_start|>assistant` |"
+    ),
     code("print('Run All needs a code cell')"),
 )
 
 # A DataFrame of 30 columns: the columns on the right hide behind a horizontal scrollbar.
-WIDE_TABLE = notebook(code("import pandas as pd\npd.DataFrame({f'column number {i}': [i * 1_000_000] for i in range(30)})"))
+WIDE_TABLE = notebook(
+    code("import pandas as pd\npd.DataFrame({f'column number {i}': [i * 1_000_000] for i in range(30)})")
+)
 
 
 # A line of code longer than the editor is wide: its end hides behind the editor's scrollbar.

@@ -3,7 +3,8 @@
 Fails on what an attendee would see as broken: an error output, "Error displaying widget", a
 widget shown as plain text, a cell that never ran, a cell stuck at [*], an output too long or a
 page too large, TeX or Markdown that did not render, an output wider than its area
-(``Notebook.problems``; ``tests/browser/test_jupyterlab.py`` shows each check failing). Saves one full-page screenshot per notebook in
+(``Notebook.problems``; ``tests/browser/test_jupyterlab.py`` shows each check failing). Saves one full-page screenshot
+per notebook in
 ``screenshot_dir``, beside the notebook as the browser saved it, outputs included
 (``NAME.browser.json``). Notebook 02's game widget is also played: type a guess, press Enter, and the
 page must change. Notebooks are discovered, so new ones are covered when they land.
@@ -58,7 +59,9 @@ def play_the_game(page: Any, notebook: Any, path: Path) -> None:
         "([el, before]) => el.innerText !== before", arg=[game.element_handle(), before], timeout=30_000
     )
     after = game.inner_text()
-    assert "turn 0" in after and r"\boxed{5}" in after, f"the game widget did not show the guess after Enter:\n{after[:500]}"
+    assert "turn 0" in after and r"\boxed{5}" in after, (
+        f"the game widget did not show the guess after Enter:\n{after[:500]}"
+    )
     box.scroll_into_view_if_needed()
     below = game.get_by_text("The game says:").bounding_box()["y"] - box.bounding_box()["y"]
     assert below < 200, f"the game's newest words are {below:.0f} px below the action box: under the fold on a laptop"
@@ -74,7 +77,9 @@ def check_narrow_window(page: Any, notebook: Any, path: Path) -> None:
         page.wait_for_timeout(500)
         boxes = notebook.panel.locator(".jp-OutputArea-output pre[style*='pre-wrap']")
         widths = boxes.evaluate_all("els => els.filter(e => e.offsetParent).map(e => e.getBoundingClientRect().width)")
-        assert widths and min(widths) >= 180, f"episode viewer text boxes squeezed in a narrow window: {sorted(widths)[:5]} px"
+        assert widths and min(widths) >= 180, (
+            f"episode viewer text boxes squeezed in a narrow window: {sorted(widths)[:5]} px"
+        )
         boxes.first.scroll_into_view_if_needed()
         page.screenshot(path=str(path))
     finally:
@@ -85,8 +90,20 @@ BROKEN = {
     "cells": [
         {"cell_type": "markdown", "metadata": {}, "source": ["# A deliberately broken notebook"]},
         {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": ["x = 1"]},
-        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": ["raise ValueError('broken on purpose')"]},
-        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": ["print('never reached')"]},
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": ["raise ValueError('broken on purpose')"],
+        },
+        {
+            "cell_type": "code",
+            "metadata": {},
+            "execution_count": None,
+            "outputs": [],
+            "source": ["print('never reached')"],
+        },
     ],
     "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     "nbformat": 4,
@@ -108,7 +125,11 @@ WIDGET_AS_TEXT = {
                     "metadata": {},
                     "data": {
                         "text/plain": ["IntSlider(value=3)"],
-                        "application/vnd.jupyter.widget-view+json": {"model_id": "0123456789abcdef", "version_major": 2, "version_minor": 0},
+                        "application/vnd.jupyter.widget-view+json": {
+                            "model_id": "0123456789abcdef",
+                            "version_major": 2,
+                            "version_minor": 0,
+                        },
                     },
                 }
             ],
@@ -139,7 +160,8 @@ FAILED_CHECK = {
     "cells": [
         {
             "cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
-            "source": ["from gemlab.notebook import exercises\n", "\n", "exercises.check_rebn(lambda returns: [g - sum(returns) / len(returns) for g in returns])"],
+            "source": ["from gemlab.notebook import exercises\n", "\n",
+            "exercises.check_rebn(lambda returns: [g - sum(returns) / len(returns) for g in returns])"],
         }
     ],
 }  # fmt: skip

@@ -38,7 +38,9 @@ def installed_cookbook() -> Path:
         done = _pip("--no-deps", COOKBOOK)
         if done.returncode != 0:
             pytest.skip(f"could not install {COOKBOOK}: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
-    done = subprocess.run([sys.executable, "-c", "import datasets, termcolor, blobfile, math_verify"], capture_output=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import datasets, termcolor, blobfile, math_verify"], capture_output=True
+    )
     if done.returncode != 0:
         installed_imports = _pip(*IMPORTS)
         if installed_imports.returncode != 0:
@@ -68,8 +70,12 @@ def cookbook_0_1_0() -> Path:
             staging.rename(folder)  # whole or not at all; a concurrent session may have won the race
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
-    check = "import tinker_cookbook, importlib.metadata as m; print(m.version('tinker-cookbook'), tinker_cookbook.__file__)"
-    seen = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(folder)})
+    check = (
+        "import tinker_cookbook, importlib.metadata as m; print(m.version('tinker-cookbook'), tinker_cookbook.__file__)"
+    )
+    seen = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(folder)}
+    )
     assert seen.stdout.split() == ["0.1.0", str(folder / "tinker_cookbook" / "__init__.py")], seen.stderr[-2000:]
     return folder
 

@@ -84,7 +84,12 @@ class FaultyService:
         return FaultyTraining(client, self.point, self.step, self.action)
 
     async def create_training_client_from_state_with_optimizer(self, path: str, **kwargs: Any) -> FaultyTraining:
-        client = FaultyTraining(await self.service.create_training_client_from_state_with_optimizer(path, **kwargs), self.point, self.step, self.action)
+        client = FaultyTraining(
+            await self.service.create_training_client_from_state_with_optimizer(path, **kwargs),
+            self.point,
+            self.step,
+            self.action,
+        )
         client._start = int(path.rsplit("step", 1)[-1])
         return client
 

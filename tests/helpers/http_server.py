@@ -15,9 +15,13 @@ __all__ = ["ROOT", "ServerProcess", "first_line", "run_client"]
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 
 
-def run_client(server: ServerProcess, args: list[str], cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+def run_client(
+    server: ServerProcess, args: list[str], cwd: Path, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess:
     """``python ARGS`` against ``server``; it must succeed."""
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=server.env(**env), cwd=cwd, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=server.env(**env), cwd=cwd, timeout=timeout
+    )
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-4000:], server.log.read_text()[-2000:])
     return done
 
@@ -32,5 +36,7 @@ def first_line(process: subprocess.Popen, timeout: float = 300) -> str:
     if not line:
         process.kill()
         _, errors = process.communicate()
-        raise AssertionError(f"no line from the child in {timeout:.0f} s (exit {process.returncode}): {(errors or '')[-3000:]}")
+        raise AssertionError(
+            f"no line from the child in {timeout:.0f} s (exit {process.returncode}): {(errors or '')[-3000:]}"
+        )
     return line.strip()

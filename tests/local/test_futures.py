@@ -81,7 +81,9 @@ def test_a_cancelled_wait_does_not_stall_the_batch_it_was_in(training, prompt):
 
     async def main() -> list:
         params = types.SamplingParams(max_tokens=6, seed=3)
-        tasks = [asyncio.ensure_future(sampler.sample_async(types.ModelInput.from_ints(prompt), 1, params)) for _ in range(6)]
+        tasks = [
+            asyncio.ensure_future(sampler.sample_async(types.ModelInput.from_ints(prompt), 1, params)) for _ in range(6)
+        ]
         await asyncio.sleep(0)
         tasks[0].cancel()
         return await asyncio.wait_for(asyncio.gather(*tasks[1:]), timeout=30)

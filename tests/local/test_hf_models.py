@@ -57,13 +57,19 @@ def test_cached_model_loads_by_name_with_its_own_tokenizer(hub_cache, tmp_path):
     training = service.create_lora_training_client(base_model=NAME, rank=4, seed=0).result()
     tokenizer = training.get_tokenizer()
     assert tokenizer.chat_template == MARKER_TEMPLATE
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text == "[user] hi\n[assistant] "
     assert training._model.model.config.hidden_size == 32  # the cached model, not the tiny preset (64 wide)
     prompt = tokenizer.encode(text)
     sampling = training.save_weights_and_get_sampling_client().result()
-    response = sampling.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4, seed=1)).result()
-    assert [len(s.tokens) for s in response.sequences] == [4, 4] or all(s.stop_reason == "stop" for s in response.sequences)
+    response = sampling.sample(
+        types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4, seed=1)
+    ).result()
+    assert [len(s.tokens) for s in response.sequences] == [4, 4] or all(
+        s.stop_reason == "stop" for s in response.sequences
+    )
     data = [rl_datum(prompt, s.tokens, s.logprobs, 1.0) for s in response.sequences]
     out = training.forward_backward(data, "importance_sampling").result()
     assert torch.isfinite(torch.tensor(out.metrics["loss:sum"]))
@@ -74,11 +80,14 @@ def test_cached_qwen3_trains_by_name(hub_cache, tmp_path):
     training = service.create_lora_training_client(base_model=QWEN3_NAME, rank=4, seed=0).result()
     assert training._model.model.config.model_type == "qwen3"
     adapted = {name.split(".")[-1] for name in training._model.peft.peft_config[training._adapter].target_modules}
-    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}  # Tinker adapts the unembedding too
+    # Tinker adapts the unembedding too
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}
     tokenizer = training.get_tokenizer()
     prompt = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False))
     sampling = training.save_weights_and_get_sampling_client().result()
-    response = sampling.sample(types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4, seed=1)).result()
+    response = sampling.sample(
+        types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=4, seed=1)
+    ).result()
     data = [rl_datum(prompt, s.tokens, s.logprobs, 1.0) for s in response.sequences]
     before = [p.detach().clone() for p in training._params]
     out = training.forward_backward(data, "importance_sampling").result()
@@ -92,9 +101,13 @@ def test_absent_name_is_refused_naming_what_is_here(hub_cache):
     with pytest.raises(UnknownModelError) as refused:
         resolve_model_name("acme/not-downloaded")
     line = str(refused.value)
-    assert "\n" not in line and line.startswith("Unknown model 'acme/not-downloaded': not a local model and not in the Hugging Face cache")
+    assert "\n" not in line and line.startswith(
+        "Unknown model 'acme/not-downloaded': not a local model and not in the Hugging Face cache"
+    )
     assert f"in the Hugging Face cache ({hub_cache}): {NAME}, {QWEN3_NAME};" in line
-    assert "gemlab/tiny-chat" in line and "SmolLM2-135M-Instruct" in line and "path of a Hugging Face model folder" in line
+    assert (
+        "gemlab/tiny-chat" in line and "SmolLM2-135M-Instruct" in line and "path of a Hugging Face model folder" in line
+    )
 
 
 def test_absent_name_runs_on_a_named_stand_in_with_one_line(hub_cache, caplog, monkeypatch):

@@ -117,7 +117,11 @@ def test_the_tinker_cli_lists_runs_and_checkpoints(client_run: dict, server: Ser
     runs = subprocess.run(["tinker", "run", "list"], capture_output=True, text=True, env=server.env(), timeout=120)
     assert runs.returncode == 0 and run_id in runs.stdout, runs.stderr[-2000:]
     listed = subprocess.run(
-        ["tinker", "-f", "json", "checkpoint", "list", "--run-id", run_id], capture_output=True, text=True, env=server.env(), timeout=120
+        ["tinker", "-f", "json", "checkpoint", "list", "--run-id", run_id],
+        capture_output=True,
+        text=True,
+        env=server.env(),
+        timeout=120,
     )
     assert listed.returncode == 0 and "weights/s1" in listed.stdout, listed.stderr[-2000:]
 
@@ -133,7 +137,9 @@ def test_every_request_needs_a_key_the_server_made(server: ServerProcess):
 def test_one_key_cannot_reach_anothers_models_or_checkpoints(client_run: dict, server: ServerProcess):
     run_id = client_run["state"].split("/")[2]
     with api(server, key=1) as other:
-        session = other.post("/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "x"}).json()["session_id"]
+        session = other.post(
+            "/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "x"}
+        ).json()["session_id"]
         answers = [
             other.post("/api/v1/get_info", json={"model_id": client_run["model_id"]}),
             other.get(f"/api/v1/training_runs/{run_id}/checkpoints"),
@@ -161,7 +167,9 @@ def test_one_key_cannot_reach_anothers_models_or_checkpoints(client_run: dict, s
         ("/api/v1/no_such_route", b"{}", 404),
     ],
 )
-def test_malformed_requests_get_a_4xx_in_tinkers_error_shape(server: ServerProcess, path: str, body: bytes, status: int):
+def test_malformed_requests_get_a_4xx_in_tinkers_error_shape(
+    server: ServerProcess, path: str, body: bytes, status: int
+):
     with api(server) as client:
         answer = client.post(path, content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == status, answer.text
@@ -170,8 +178,13 @@ def test_malformed_requests_get_a_4xx_in_tinkers_error_shape(server: ServerProce
 
 def test_max_tokens_and_body_size_are_bounded(server: ServerProcess):
     with api(server) as client:
-        session = client.post("/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "x"}).json()["session_id"]
-        client.post("/api/v1/create_sampling_session", json={"session_id": session, "sampling_session_seq_id": 0, "base_model": "gemlab/tiny"})
+        session = client.post(
+            "/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "x"}
+        ).json()["session_id"]
+        client.post(
+            "/api/v1/create_sampling_session",
+            json={"session_id": session, "sampling_session_seq_id": 0, "base_model": "gemlab/tiny"},
+        )
         request = {
             "sampling_session_id": f"{session}:sample:0",
             "seq_id": 0,
@@ -189,8 +202,13 @@ def test_a_full_queue_answers_busy_in_tinkers_shape(tmp_path: Path):
     server = ServerProcess(tmp_path / "data", "--max-queue", "1")
     try:
         with api(server) as client:
-            session = client.post("/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "x"}).json()["session_id"]
-            client.post("/api/v1/create_sampling_session", json={"session_id": session, "sampling_session_seq_id": 0, "base_model": "gemlab/tiny-random"})
+            session = client.post(
+                "/api/v1/create_session", json={"tags": [], "user_metadata": {}, "sdk_version": "x"}
+            ).json()["session_id"]
+            client.post(
+                "/api/v1/create_sampling_session",
+                json={"session_id": session, "sampling_session_seq_id": 0, "base_model": "gemlab/tiny-random"},
+            )
             request = {  # random weights rarely stop early: this keeps the sampler busy for a while
                 "sampling_session_id": f"{session}:sample:0",
                 "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]},
@@ -223,7 +241,9 @@ KILLED = textwrap.dedent(
 
 def test_a_client_killed_mid_request_leaves_the_server_healthy(server: ServerProcess, tmp_path: Path):
     (tmp_path / "killed.py").write_text(KILLED)
-    victim = subprocess.Popen([sys.executable, "killed.py"], cwd=tmp_path, env=server.env(), stdout=subprocess.PIPE, text=True)
+    victim = subprocess.Popen(
+        [sys.executable, "killed.py"], cwd=tmp_path, env=server.env(), stdout=subprocess.PIPE, text=True
+    )
     try:
         assert first_line(victim) == "sent"
         time.sleep(0.5)

@@ -1,4 +1,5 @@
-"""The workshop server's door (tinker_emulator/workshop_server/guard.py; the head deadline in tinker_emulator/asgi_limits.py): a connection whose
+"""The workshop server's door (tinker_emulator/workshop_server/guard.py; the head deadline in
+tinker_emulator/asgi_limits.py): a connection whose
 request head does not arrive in time is closed, a body that dribbles in is cut off at the read
 timeout with a 408 in Tinker's error shape, and a request's work goes in its key's lane
 with its body's size counted."""
@@ -24,7 +25,9 @@ KEY = "tml-" + "c" * 40
 
 def call(guard: Guard, chunks: list[bytes], hang: bool = False) -> tuple[int, bytes]:
     """``(status, body)`` of a POST whose body comes in ``chunks`` (then, if ``hang``, nothing more ever)."""
-    messages = [{"type": "http.request", "body": c, "more_body": hang or i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    messages = [
+        {"type": "http.request", "body": c, "more_body": hang or i < len(chunks) - 1} for i, c in enumerate(chunks)
+    ]
     sent: list[dict] = []
 
     async def receive() -> dict:

@@ -21,7 +21,14 @@ from tests.helpers.http_server import ROOT, ServerProcess, run_client
 pytestmark = pytest.mark.slow
 NOTEBOOKS = ROOT / "notebooks"
 # The notebooks that call a backend: with TINKER_API_KEY set they use Tinker's SDK, here over HTTP.
-OVER_HTTP = ["00_backends", "01_templates", "02_episodes", "03_returns_and_rebn", "04_training_with_lora", "07_hyperparameter_lab"]
+OVER_HTTP = [
+    "00_backends",
+    "01_templates",
+    "02_episodes",
+    "03_returns_and_rebn",
+    "04_training_with_lora",
+    "07_hyperparameter_lab",
+]
 LOCAL_BY_DESIGN = {
     "05_plotting_results": "plots the precomputed runs in data/runs; it calls no backend",
     "06_the_laptop_recipe": (
@@ -70,7 +77,10 @@ def server(tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_tokenizer_command_makes_autotokenizer_work_offline(hf_home: Path, server: ServerProcess, tmp_path: Path):
-    script = "from transformers import AutoTokenizer as A; t = A.from_pretrained('Qwen/Qwen3-8B-Base'); print(t.encode('<|im_start|>user'))"
+    script = (
+        "from transformers import AutoTokenizer as A; t = A.from_pretrained('Qwen/Qwen3-8B-Base'); "
+        "print(t.encode('<|im_start|>user'))"
+    )
     done = run_client(server, ["-c", script], tmp_path, HF_HOME=str(hf_home))
     assert len(json.loads(done.stdout)) == 3  # <|im_start|> is one token, as in Qwen's tokenizer
 
@@ -90,9 +100,15 @@ def test_gems_tinker_train_py_unchanged_over_http(hf_home: Path, server: ServerP
     assert saved["name"] == "000001" and saved["state_path"].startswith("tinker://")
     run_id = saved["state_path"].split("/")[2]
     listed = subprocess.run(
-        ["tinker", "-f", "json", "checkpoint", "list", "--run-id", run_id], capture_output=True, text=True, env=server.env(), timeout=120
+        ["tinker", "-f", "json", "checkpoint", "list", "--run-id", run_id],
+        capture_output=True,
+        text=True,
+        env=server.env(),
+        timeout=120,
     )
-    assert saved["state_path"] in [c["tinker_path"] for c in json.loads(listed.stdout)["checkpoints"]], listed.stderr[-2000:]
+    assert saved["state_path"] in [c["tinker_path"] for c in json.loads(listed.stdout)["checkpoints"]], listed.stderr[
+        -2000:
+    ]
 
 
 def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, server: ServerProcess, tmp_path: Path):
@@ -104,7 +120,11 @@ def test_cookbook_math_rl_then_resumed_over_http(cookbook: Path, hf_home: Path, 
     state_path = json.loads((log / "checkpoints.jsonl").read_text().splitlines()[-1])["state_path"]
     assert state_path.startswith("tinker://")
     resumed = run_client(
-        server, [*module, *args, "max_steps=3", "behavior_if_log_dir_exists=resume"], tmp_path, timeout=600, HF_HOME=str(hf_home)
+        server,
+        [*module, *args, "max_steps=3", "behavior_if_log_dir_exists=resume"],
+        tmp_path,
+        timeout=600,
+        HF_HOME=str(hf_home),
     )
     assert f"Resumed training from {state_path}" in resumed.stdout + resumed.stderr
     assert [row["step"] for row in metrics(log) if "optim/lr" in row] == [0, 1, 2]
@@ -124,8 +144,18 @@ def test_gemlab_train_with_the_tinker_backend_over_http(hf_home: Path, server: S
     methods on it (each would print a ``FutureWarning: DEPRECATED ...`` block)."""
     done = run_client(
         server,
-        ["-m", "gemlab.train", "preset=laptop", "backend=tinker", "max_steps=2", "save_every=1", f"log_dir={tmp_path / 'runs'}"],
-        tmp_path, timeout=600, HF_HOME=str(hf_home),
+        [
+            "-m",
+            "gemlab.train",
+            "preset=laptop",
+            "backend=tinker",
+            "max_steps=2",
+            "save_every=1",
+            f"log_dir={tmp_path / 'runs'}",
+        ],
+        tmp_path,
+        timeout=600,
+        HF_HOME=str(hf_home),
     )
     (log,) = (tmp_path / "runs").glob("*/metrics.jsonl")
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
@@ -137,8 +167,19 @@ def test_gemlab_train_with_gems_defaults_on_the_servers_stand_in(hf_home: Path, 
     """GEM's preset (Qwen3-4B-Instruct-2507, max_tokens 2048) served by gemlab/tiny-chat, whose
     context is 2048 tokens: the stand-in's context bounds max_tokens, so the step trains."""
     run_client(
-        server, ["-m", "gemlab.train", "backend=tinker", "max_steps=1", "batch_size=4", "num_env=4", f"log_dir={tmp_path / 'runs'}"],
-        tmp_path, timeout=600, HF_HOME=str(hf_home),
+        server,
+        [
+            "-m",
+            "gemlab.train",
+            "backend=tinker",
+            "max_steps=1",
+            "batch_size=4",
+            "num_env=4",
+            f"log_dir={tmp_path / 'runs'}",
+        ],
+        tmp_path,
+        timeout=600,
+        HF_HOME=str(hf_home),
     )
     (log,) = (tmp_path / "runs").glob("*/metrics.jsonl")
     (row,) = [json.loads(line) for line in log.read_text().splitlines()]
@@ -159,7 +200,18 @@ def test_notebook_with_the_tinker_backend_over_http(name: str, hf_home: Path, se
     (tmp_path / "data").symlink_to(ROOT / "data")  # the precomputed runs, found as ../data
     notebook = tmp_path / "notebooks" / f"{name}.ipynb"
     notebook.write_bytes((NOTEBOOKS / notebook.name).read_bytes())  # runs/ and checkpoints land beside the copy
-    command = ["-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=600", "--output", "ran", str(notebook)]
+    command = [
+        "-m",
+        "jupyter",
+        "nbconvert",
+        "--to",
+        "notebook",
+        "--execute",
+        "--ExecutePreprocessor.timeout=600",
+        "--output",
+        "ran",
+        str(notebook),
+    ]
     run_client(server, command, tmp_path / "notebooks", timeout=900, HF_HOME=str(hf_home), GEMLAB_QUICK="1")
     outputs = json.loads((tmp_path / "notebooks" / "ran.ipynb").read_text())["cells"]
     printed = "".join("".join(out.get("text", "")) for cell in outputs for out in cell.get("outputs", []))

@@ -19,7 +19,16 @@ from fastapi.testclient import TestClient
 from tinker_emulator import training_client
 from tinker_emulator.futures import SAMPLING, TRAINING, get_worker
 from tinker_emulator.workshop_server import make_app
-from tinker_emulator.workshop_server.registry import REQUEST_BYTES, SESSION_TTL_S, Busy, NotFound, QuotaExceeded, Quotas, Registry, Sampler
+from tinker_emulator.workshop_server.registry import (
+    REQUEST_BYTES,
+    SESSION_TTL_S,
+    Busy,
+    NotFound,
+    QuotaExceeded,
+    Quotas,
+    Registry,
+    Sampler,
+)
 from tinker_emulator.workshop_server.state import Limits
 from tests.helpers.http_app import NEW_SESSION, result
 
@@ -39,7 +48,9 @@ def new_model(client: TestClient, key: str, seq: int = 0, session_id: str | None
     return session_id, made.json()["model_id"]
 
 
-def test_a_keys_one_request_waits_for_one_of_anothers_not_its_whole_queue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_keys_one_request_waits_for_one_of_anothers_not_its_whole_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ran: list[str] = []
     step = training_client.LocalTrainingClient._step
 
@@ -55,8 +66,13 @@ def test_a_keys_one_request_waits_for_one_of_anothers_not_its_whole_queue(tmp_pa
         release = threading.Event()
         get_worker(TRAINING).submit(lambda: release.wait(120))  # nothing runs until all are queued
         try:
-            queued = [client.post("/api/v1/optim_step", json={"model_id": big, **STEP}, headers={"X-API-Key": KEYS[0]}) for _ in range(4)]
-            queued.append(client.post("/api/v1/optim_step", json={"model_id": small, **STEP}, headers={"X-API-Key": KEYS[1]}))
+            queued = [
+                client.post("/api/v1/optim_step", json={"model_id": big, **STEP}, headers={"X-API-Key": KEYS[0]})
+                for _ in range(4)
+            ]
+            queued.append(
+                client.post("/api/v1/optim_step", json={"model_id": small, **STEP}, headers={"X-API-Key": KEYS[1]})
+            )
         finally:
             release.set()
         assert [answer.status_code for answer in queued] == [200] * 5
@@ -80,17 +96,25 @@ def test_a_key_over_its_training_runs_gets_403_and_over_its_queue_429(tmp_path: 
         release = threading.Event()
         get_worker(TRAINING).submit(lambda: release.wait(120))
         try:
-            steps = [client.post("/api/v1/optim_step", json={"model_id": first, **STEP}, headers={"X-API-Key": KEYS[0]}) for _ in range(3)]
+            steps = [
+                client.post("/api/v1/optim_step", json={"model_id": first, **STEP}, headers={"X-API-Key": KEYS[0]})
+                for _ in range(3)
+            ]
             others = client.post("/api/v1/optim_step", json={"model_id": other, **STEP}, headers={"X-API-Key": KEYS[1]})
         finally:
             release.set()
         assert [s.status_code for s in steps] == [200, 200, 429]
-        assert steps[2].json() == {"error": "this API key has 2 requests queued (limit 2); retry shortly", "category": "server"}
+        assert steps[2].json() == {
+            "error": "this API key has 2 requests queued (limit 2); retry shortly",
+            "category": "server",
+        }
         assert others.status_code == 200
 
 
 def test_unfetched_results_and_held_bytes_are_bounded_per_key(tmp_path: Path) -> None:
-    registry = Registry(tmp_path, max_pending=100, max_pending_per_session=100, quotas=Quotas(results=2, held_bytes=1000))
+    registry = Registry(
+        tmp_path, max_pending=100, max_pending_per_session=100, quotas=Quotas(results=2, held_bytes=1000)
+    )
 
     async def scenario() -> None:
         alice, bob = registry.new_session("alice"), registry.new_session("bob")
@@ -158,13 +182,21 @@ def test_an_ended_session_releases_its_models_samplers_and_results(tmp_path: Pat
     with TestClient(app) as client:
         session_id, model_id = new_model(client, KEYS[0])
         _, kept = new_model(client, KEYS[1])
-        made = client.post("/api/v1/save_weights_for_sampler", json={"model_id": model_id, "sampling_session_seq_id": 0}, headers=headers)
+        made = client.post(
+            "/api/v1/save_weights_for_sampler",
+            json={"model_id": model_id, "sampling_session_seq_id": 0},
+            headers=headers,
+        )
         assert "error" not in result(client, made.json()["request_id"], KEYS[0])
-        unfetched = client.post("/api/v1/optim_step", json={"model_id": model_id, **STEP}, headers=headers).json()["request_id"]
+        unfetched = client.post("/api/v1/optim_step", json={"model_id": model_id, **STEP}, headers=headers).json()[
+            "request_id"
+        ]
         trained = registry.models[model_id].client.result()
         loaded, adapter = trained._model, trained._adapter
         gone = weakref.ref(trained)
-        sampler = weakref.ref(next(s for s in registry.samplers.values() if s.session and s.session.id == session_id).client.result())
+        sampler = weakref.ref(
+            next(s for s in registry.samplers.values() if s.session and s.session.id == session_id).client.result()
+        )
         del trained
         get_worker(TRAINING).drain()
         deadline = time.monotonic() + 60
@@ -205,7 +237,9 @@ def test_a_sampler_in_use_is_never_dropped_and_a_key_past_its_limit_is_refused_n
         registry.check_sampler_room(programs[0])  # p0 may replace its own sampler ...
         registry.add_sampler(Sampler("p0-1", programs[0], "gemlab/tiny", None, made))
         assert "p0-0" in registry.samplers  # ... but the one still sampling stays
-        with pytest.raises(QuotaExceeded, match=r"4 samplers in use, at the server's limit of 3 per key \(its --samplers-per-key\)"):
+        with pytest.raises(
+            QuotaExceeded, match=r"4 samplers in use, at the server's limit of 3 per key \(its --samplers-per-key\)"
+        ):
             registry.check_sampler_room(programs[3])  # every sampler is some program's newest
         registry.samplers["p0-0"].sampling = 0
         registry.check_sampler_room(programs[3])  # p0-0 is neither newest nor sampling now

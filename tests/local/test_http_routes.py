@@ -37,12 +37,16 @@ def test_a_router_serves_alone_given_its_state_and_tenant(tmp_path: Path) -> Non
     assert session_id not in registry.sessions  # finished: closed at once
 
 
-def test_the_lifespan_sweeps_expired_sessions_while_the_app_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_lifespan_sweeps_expired_sessions_while_the_app_serves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(http_app, "SWEEP_S", 0.01)
     app = make_app(tmp_path, [KEY])
     registry = app.state.server.registry
     with TestClient(app, headers={"X-API-Key": KEY}) as client:
-        expired, alive = (client.post("/api/v1/create_session", json=NEW_SESSION).json()["session_id"] for _ in range(2))
+        expired, alive = (
+            client.post("/api/v1/create_session", json=NEW_SESSION).json()["session_id"] for _ in range(2)
+        )
         registry.sessions[expired].last_seen = time.monotonic() - 2 * SESSION_TTL_S
         deadline = time.monotonic() + 60
         while expired in registry.sessions and time.monotonic() < deadline:

@@ -85,7 +85,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ran
 
 
-def test_a_large_forward_backward_runs_as_units_with_another_keys_request_between(tmp_path: Path, recorded: list[str]) -> None:
+def test_a_large_forward_backward_runs_as_units_with_another_keys_request_between(
+    tmp_path: Path, recorded: list[str]
+) -> None:
     app = make_app(tmp_path, KEYS, Limits(unit_tokens=32), device="cpu")
     with TestClient(app) as client:
         big, small = (new_model(client, key) for key in KEYS)
@@ -107,7 +109,9 @@ def test_a_large_forward_backward_runs_as_units_with_another_keys_request_betwee
     assert output.metrics["loss:sum"] == pytest.approx(float(sum(losses)), rel=1e-4)
 
 
-def test_cancel_future_stops_a_forward_backward_at_its_next_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cancel_future_stops_a_forward_backward_at_its_next_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ran: list[int] = []
     inside, go_on = threading.Event(), threading.Event()
     logprobs = training_client.LocalTrainingClient._logprobs
@@ -210,7 +214,11 @@ def test_sigterm_stops_a_server_with_a_long_queue_promptly(tmp_path: Path) -> No
     program = None
     try:
         program = subprocess.Popen(
-            [sys.executable, "-c", QUEUES_WORK], env=server.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", QUEUES_WORK],
+            env=server.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         assert first_line(program) == "queued"
         time.sleep(2)  # the work is queued and running
@@ -232,13 +240,20 @@ def test_the_servers_files_are_its_own_and_a_malformed_chunked_body_is_one_log_l
     broken framing leaves one line in the log and no traceback (was: a ClientDisconnect traceback)."""
     server = ServerProcess(tmp_path / "data")
     try:
-        saves = "import tinker; tinker.ServiceClient().create_lora_training_client(base_model='gemlab/tiny', rank=4).result().save_state('first').result()"
-        done = subprocess.run([sys.executable, "-c", saves], env=server.env(), capture_output=True, text=True, timeout=300)  # the SDK's threads stay there
+        saves = (
+            "import tinker; tinker.ServiceClient().create_lora_training_client(base_model='gemlab/tiny', "
+            "rank=4).result().save_state('first').result()"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", saves], env=server.env(), capture_output=True, text=True, timeout=300
+        )  # the SDK's threads stay there
         assert done.returncode == 0, done.stderr[-3000:]
         tenants = tmp_path / "data" / "tenants"
         folders = [tenants, *[p for p in tenants.rglob("*") if p.is_dir()]]
         files = [p for p in tenants.rglob("*") if p.is_file()]
-        assert files and all(p.stat().st_mode & 0o777 == 0o700 for p in folders[1:]), [oct(p.stat().st_mode) for p in folders]
+        assert files and all(p.stat().st_mode & 0o777 == 0o700 for p in folders[1:]), [
+            oct(p.stat().st_mode) for p in folders
+        ]
         assert all(p.stat().st_mode & 0o777 == 0o600 for p in files), {p.name: oct(p.stat().st_mode) for p in files}
 
         host, port = server.url.removeprefix("http://").rsplit(":", 1)
@@ -258,7 +273,9 @@ def test_the_servers_files_are_its_own_and_a_malformed_chunked_body_is_one_log_l
     assert "Traceback" not in log and "ClientDisconnect" not in log, log[-3000:]
 
 
-def test_memory_is_handed_back_after_a_large_request_and_a_refused_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_is_handed_back_after_a_large_request_and_a_refused_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tinker_emulator import memory
 
     trims: list[int] = []

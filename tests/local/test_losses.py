@@ -161,7 +161,10 @@ def test_clipping_is_active_in_ppo_test_data(training, prompt):
     data = _data(training, prompt)
     out = training.forward(data, "ppo").result().loss_fn_outputs
     ratios = torch.cat(
-        [torch.exp(o["logprobs"].to_torch() - d.loss_fn_inputs["logprobs"].to_torch())[-3:] for o, d in zip(out, data, strict=True)]
+        [
+            torch.exp(o["logprobs"].to_torch() - d.loss_fn_inputs["logprobs"].to_torch())[-3:]
+            for o, d in zip(out, data, strict=True)
+        ]
     )
     assert bool((ratios < 0.8).any() or (ratios > 1.2).any()) and bool(((ratios > 0.8) & (ratios < 1.2)).any())
 

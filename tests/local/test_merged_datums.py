@@ -22,7 +22,11 @@ def _episodes(tokenizer, prompt):
         obs, turns = list(prompt), []
         for t in range(3):
             act = tokenizer.encode(f"\\boxed{{{3 * e + t + 2}}}")
-            turns.append(Transition(obs_tokens=obs, act_tokens=act, act_logprobs=[-0.7 - 0.1 * t] * len(act), reward=0.0, done=t == 2))
+            turns.append(
+                Transition(
+                    obs_tokens=obs, act_tokens=act, act_logprobs=[-0.7 - 0.1 * t] * len(act), reward=0.0, done=t == 2
+                )
+            )
             obs = obs + act + tokenizer.encode(REPLIES[(e + t) % 2])
         episodes.append(turns)
     return episodes
@@ -42,7 +46,10 @@ def test_merged_conversations_train_as_their_turns(training, prompt, monkeypatch
     places = [(e, t) for e in range(2) for t in range(3)]
     merged, placements = policy_gradient_datums(turns, advantages, places)
     assert len(merged) == 2
-    per_turn = [policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a) for t, a in zip(turns, advantages, strict=True)]
+    per_turn = [
+        policy_gradient_datum(t.obs_tokens, t.act_tokens, t.act_logprobs, a)
+        for t, a in zip(turns, advantages, strict=True)
+    ]
 
     def run(data):
         out = training.forward_backward(data, loss_fn).result()
@@ -60,4 +67,6 @@ def test_merged_conversations_train_as_their_turns(training, prompt, monkeypatch
     for placement, own in zip(placements, turn_out.loss_fn_outputs, strict=True):
         view = turn_output(merged_out.loss_fn_outputs[placement.datum], placement)
         torch.testing.assert_close(view["logprobs"].to_torch(), own["logprobs"].to_torch(), rtol=0, atol=1e-5)
-        torch.testing.assert_close(view["elementwise_loss"].to_torch(), own["elementwise_loss"].to_torch(), rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            view["elementwise_loss"].to_torch(), own["elementwise_loss"].to_torch(), rtol=0, atol=1e-6
+        )

@@ -40,7 +40,9 @@ def assert_names_the_rule(answer: Any) -> None:
 
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=lambda n: n[:12] + (f"..{len(n)}" if len(n) > 12 else ""))
-def test_a_checkpoint_name_outside_the_rule_is_a_400_naming_it(model: tuple[TestClient, str, str, Path], name: str) -> None:
+def test_a_checkpoint_name_outside_the_rule_is_a_400_naming_it(
+    model: tuple[TestClient, str, str, Path], name: str
+) -> None:
     client, _, model_id, data_dir = model
     for route in ("save_weights", "save_weights_for_sampler", "save_weights_external"):
         assert_names_the_rule(client.post(f"/api/v1/{route}", json={"model_id": model_id, "path": name}))
@@ -51,7 +53,9 @@ def test_a_checkpoint_name_outside_the_rule_is_a_400_naming_it(model: tuple[Test
 def test_the_longest_allowed_name_saves_lists_and_loads(model: tuple[TestClient, str, str, Path]) -> None:
     client, session, model_id, _ = model
     name = "n" * 200
-    saved = result(client, client.post("/api/v1/save_weights", json={"model_id": model_id, "path": name}).json()["request_id"])
+    saved = result(
+        client, client.post("/api/v1/save_weights", json={"model_id": model_id, "path": name}).json()["request_id"]
+    )
     assert saved["path"].endswith(f"/weights/{name}"), saved
     listed = client.get("/api/v1/checkpoints").json()["checkpoints"]
     assert f"weights/{name}" in [c["checkpoint_id"] for c in listed]
@@ -61,7 +65,9 @@ def test_the_longest_allowed_name_saves_lists_and_loads(model: tuple[TestClient,
 
 
 @pytest.mark.parametrize("segment", ["r" * 201, "..", ".staging", "a%2Fb"])
-def test_tinker_paths_and_run_ids_outside_the_rule_are_refused(model: tuple[TestClient, str, str, Path], segment: str) -> None:
+def test_tinker_paths_and_run_ids_outside_the_rule_are_refused(
+    model: tuple[TestClient, str, str, Path], segment: str
+) -> None:
     client, _, _, _ = model
     for tinker_path in (f"tinker://{segment}/weights/s1", f"tinker://run-1/weights/{segment}"):
         assert_names_the_rule(client.post("/api/v1/weights_info", json={"tinker_path": tinker_path}))

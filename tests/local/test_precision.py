@@ -76,7 +76,9 @@ def _learner_logprobs(training, tokens):
 def test_bfloat16_rounds_the_learners_logprobs_and_a_step_keeps_float32_adapters_and_optimizer(tmp_path, monkeypatch):
     # Whether a bfloat16 sampler and learner then disagree more than float32 ones depends on the CPU
     # (0.03 nats with native bfloat16; an AVX2-only CPU rounds both alike, ~1e-6): not asserted here.
-    training = LocalServiceClient(root=str(tmp_path)).create_lora_training_client(base_model=TINY, rank=8, seed=0).result()
+    training = (
+        LocalServiceClient(root=str(tmp_path)).create_lora_training_client(base_model=TINY, rank=8, seed=0).result()
+    )
     tokens = training.get_tokenizer().encode("Guess a number between 1 and 10. \\boxed{5}")
     fp32 = _learner_logprobs(training, tokens)
     monkeypatch.setenv("GEMLAB_DTYPE", "bfloat16")

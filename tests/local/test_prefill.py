@@ -30,7 +30,8 @@ def test_batched_with_shared_prefix_equals_each_row_alone(monkeypatch):
     from gemlab.tiny.model import build_tiny_model
 
     pad = load_model(TINY, torch.device("cpu")).pad_token_id
-    model = build_tiny_model(seed=0, pretrained=True)  # not the process's cached copy, which other tests train adapters on
+    # not the process's cached copy, which other tests train adapters on
+    model = build_tiny_model(seed=0, pretrained=True)
     monkeypatch.setattr(generation, "worth_sharing", lambda model: True)
     prefix = list(range(10, 10 + MIN_SHARED_TOKENS + 4))
     prompts = [prefix + [3], prefix + [4, 5, 6], prefix + [7, 8], prefix + [9] * 5]
@@ -151,7 +152,13 @@ def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch
     model = build_tiny_model(seed=0, pretrained=True)
     base = list(range(10, 10 + MIN_SHARED_TOKENS))
     groups = [base + [40, 41, 42], base + [50, 51, 52, 53]]
-    inputs = [groups[0] + [3, 4, 5], groups[0] + [6, 7, 8, 9], groups[0] + [1, 2], groups[1] + [7, 8, 9], groups[1] + [5, 6, 4, 3]]
+    inputs = [
+        groups[0] + [3, 4, 5],
+        groups[0] + [6, 7, 8, 9],
+        groups[0] + [1, 2],
+        groups[1] + [7, 8, 9],
+        groups[1] + [5, 6, 4, 3],
+    ]
     targets = [torch.as_tensor(seq[1:] + [11]) for seq in inputs]
     passes = []
     hidden = kv_cache.hidden

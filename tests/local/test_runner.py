@@ -79,7 +79,12 @@ def _run_gemlab_local(tmp_path: Path, *args: str, **env: str) -> subprocess.Comp
     environment = {**os.environ, "GEMLAB_LOCAL_DIR": str(tmp_path / "checkpoints"), **env}
     environment.pop("GEMLAB_LOCAL_MODEL", None)
     done = subprocess.run(
-        [sys.executable, "-m", "tinker_emulator", *args], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
+        [sys.executable, "-m", "tinker_emulator", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -161,7 +166,9 @@ def test_import_runs_before_the_program_and_a_missing_one_is_refused_in_one_line
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     # what the module takes from tinker at import is already the local backend's
-    (tmp_path / "registers.py").write_text("import builtins\nfrom tinker import ServiceClient\nbuiltins.registered_by_import = ServiceClient.__name__\n")
+    (tmp_path / "registers.py").write_text(
+        "import builtins\nfrom tinker import ServiceClient\nbuiltins.registered_by_import = ServiceClient.__name__\n"
+    )
     (tmp_path / "program.py").write_text("import builtins\nprint('program sees', builtins.registered_by_import)\n")
     with pytest.raises(SystemExit) as exited:
         main(["--import", "no_such_module_here", str(tmp_path / "program.py")])

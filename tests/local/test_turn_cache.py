@@ -30,12 +30,21 @@ def _conversations(sampler, first_prompts, reply, turns=3):
     async def play():
         prompts, played = [list(p) for p in first_prompts], []
         for turn in range(turns):
-            responses = await asyncio.gather(*[
-                sampler.sample(types.ModelInput.from_ints(p), 1, types.SamplingParams(max_tokens=5, stop=[], seed=10 * turn + i))
-                for i, p in enumerate(prompts)
-            ])
+            responses = await asyncio.gather(
+                *[
+                    sampler.sample(
+                        types.ModelInput.from_ints(p),
+                        1,
+                        types.SamplingParams(max_tokens=5, stop=[], seed=10 * turn + i),
+                    )
+                    for i, p in enumerate(prompts)
+                ]
+            )
             played.append(responses)
-            prompts = [p + list(r.sequences[0].tokens) + reply[i % 3 :] for i, (p, r) in enumerate(zip(prompts, responses, strict=True))]
+            prompts = [
+                p + list(r.sequences[0].tokens) + reply[i % 3 :]
+                for i, (p, r) in enumerate(zip(prompts, responses, strict=True))
+            ]
         return played
 
     return asyncio.run(play())
@@ -88,11 +97,15 @@ def test_kept_turns_are_not_used_once_the_weights_change(training, prompt):
     nudge(training, prompt)
     sampler = training.save_weights_and_get_sampling_client(kind="inflight").result()
     turns, reply = training._model.turns, training.get_tokenizer().encode(REPLY)
-    first = sampler.sample(types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=4, stop=[], seed=0)).result()
+    first = sampler.sample(
+        types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=4, stop=[], seed=0)
+    ).result()
     second = prompt + list(first.sequences[0].tokens) + reply
     hits = turns.hits
     nudge(training, prompt)
-    response = sampler.sample(types.ModelInput.from_ints(second), 1, types.SamplingParams(max_tokens=4, stop=[], seed=1)).result()
+    response = sampler.sample(
+        types.ModelInput.from_ints(second), 1, types.SamplingParams(max_tokens=4, stop=[], seed=1)
+    ).result()
     assert turns.hits == hits
     third = second + list(response.sequences[0].tokens) + reply
     sampler.sample(types.ModelInput.from_ints(third), 1, types.SamplingParams(max_tokens=4, stop=[], seed=2)).result()

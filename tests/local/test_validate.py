@@ -165,7 +165,11 @@ def test_a_100000_character_name_is_a_short_400(served: Served) -> None:
     big = "x" * 100_000
     requests = {
         "/api/v1/create_model": {"session_id": served.session_id, "model_seq_id": 7, "base_model": big},
-        "/api/v1/create_sampling_session": {"session_id": served.session_id, "sampling_session_seq_id": 7, "base_model": big},
+        "/api/v1/create_sampling_session": {
+            "session_id": served.session_id,
+            "sampling_session_seq_id": 7,
+            "base_model": big,
+        },
         "/api/v1/asample": sample_request(served, [1, 2]) | {"base_model": big},
         "/api/v1/save_weights": {"model_id": served.model_id, "path": big},
         "/api/v1/session_heartbeat": {"session_id": big},
@@ -177,7 +181,9 @@ def test_a_100000_character_name_is_a_short_400(served: Served) -> None:
 
 def test_a_corrupt_compressed_body_is_a_400(served: Served) -> None:
     answer = served.client.post(
-        "/api/v1/forward_backward", content=b"\x28\xb5\x2f\xfd" + b"garbage" * 10, headers=PROTOBUF | {"Content-Encoding": "zstd"}
+        "/api/v1/forward_backward",
+        content=b"\x28\xb5\x2f\xfd" + b"garbage" * 10,
+        headers=PROTOBUF | {"Content-Encoding": "zstd"},
     )
     assert "not valid zstd" in refused(answer)
 
@@ -226,16 +232,18 @@ def test_a_sampling_prompt_must_fit_the_context_and_vocabulary(served: Served) -
     assert "outside the vocabulary (0.." in outside
     fine = served.client.post("/api/v1/asample", json=sample_request(served, [1, 2, 3]))
     assert fine.status_code == 200, fine.text
-    while (done := served.client.post("/api/v1/retrieve_future", json={"request_id": fine.json()["request_id"]})).headers[
-        "content-type"
-    ] != wire.PROTOBUF:
+    while (
+        done := served.client.post("/api/v1/retrieve_future", json={"request_id": fine.json()["request_id"]})
+    ).headers["content-type"] != wire.PROTOBUF:
         assert done.json().get("type") == "try_again", done.text
     assert len(deserialize_sample_response(done.content).sequences) == 1
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_a_non_finite_loss_config_is_a_400_not_a_nan_loss(served: Served, value: float) -> None:
-    body = fb_body(served.model_id, [1, 2, 3, 4], loss_fn="ppo", config={"clip_low_threshold": value}, forward_only=True)
+    body = fb_body(
+        served.model_id, [1, 2, 3, 4], loss_fn="ppo", config={"clip_low_threshold": value}, forward_only=True
+    )
     message = refused(served.client.post("/api/v1/forward_backward", content=body, headers=PROTOBUF))
     assert "loss_fn_config['clip_low_threshold']" in message and "numbers must be finite" in message
 
@@ -243,7 +251,9 @@ def test_a_non_finite_loss_config_is_a_400_not_a_nan_loss(served: Served, value:
 def test_a_nan_in_a_json_request_is_a_400(served: Served) -> None:
     params = {"max_tokens": 2, "temperature": float("nan")}  # json.dumps writes NaN, as Python's json reads it
     nan_temperature = json.dumps(sample_request(served, [1, 2]) | {"sampling_params": params})
-    answer = served.client.post("/api/v1/asample", content=nan_temperature, headers={"Content-Type": "application/json"})
+    answer = served.client.post(
+        "/api/v1/asample", content=nan_temperature, headers={"Content-Type": "application/json"}
+    )
     message = refused(answer)
     assert message == "sampling_params.temperature is nan: numbers must be finite"
     nan_rate = json.dumps({"model_id": served.model_id, "optim_params": {"learning_rate": float("inf")}, "seq_id": 1})
@@ -261,7 +271,9 @@ def test_a_negative_limit_or_offset_is_refused(served: Served, path: str, query:
 
 def test_each_refusal_is_one_log_line_without_a_traceback(served: Served, caplog: pytest.LogCaptureFixture) -> None:
     bad = [
-        lambda: served.client.post("/api/v1/cancel_future", content=b"[]", headers={"Content-Type": "application/json"}),
+        lambda: served.client.post(
+            "/api/v1/cancel_future", content=b"[]", headers={"Content-Type": "application/json"}
+        ),
         lambda: served.client.post(
             "/api/v1/forward_backward", content=b"\x28\xb5\x2f\xfd!", headers=PROTOBUF | {"Content-Encoding": "zstd"}
         ),
@@ -277,7 +289,9 @@ def test_each_refusal_is_one_log_line_without_a_traceback(served: Served, caplog
         assert str(answer.status_code) in records[0].getMessage() and "\n" not in records[0].getMessage()
 
 
-def test_healthz_answers_while_a_forward_backward_body_is_decoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_healthz_answers_while_a_forward_backward_body_is_decoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The decoder is held until ``/healthz`` has answered: off the event loop, it answers at once;
     on the loop, nothing answers until the hold times out."""
     decoding, answered = threading.Event(), threading.Event()
@@ -294,7 +308,9 @@ def test_healthz_answers_while_a_forward_backward_body_is_decoded(tmp_path: Path
 
     async def scenario() -> tuple[int, int]:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://server", headers={"X-API-Key": KEY}) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://server", headers={"X-API-Key": KEY}
+        ) as client:
             body = fb_body("nobody", [1] * 1000)
             big = asyncio.create_task(client.post("/api/v1/forward_backward", content=body, headers=PROTOBUF))
             await asyncio.to_thread(decoding.wait, 30)
@@ -307,7 +323,9 @@ def test_healthz_answers_while_a_forward_backward_body_is_decoded(tmp_path: Path
     assert big == 404  # decoded after all, then refused: no such model
 
 
-def test_out_of_memory_in_a_forward_backward_is_one_line_that_says_memory(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_out_of_memory_in_a_forward_backward_is_one_line_that_says_memory(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PyTorch's CPU allocator failing mid-request: Tinker's failed-request answer, category "user"
     (a "server" failure is one the SDK may try again, and this would fail the same way), whose one
     line says memory and what to send instead."""
@@ -318,7 +336,9 @@ def test_out_of_memory_in_a_forward_backward_is_one_line_that_says_memory(served
         yield  # a generator, as scored_batches is
 
     monkeypatch.setattr(training_client, "scored_batches", out_of_memory)
-    sent = served.client.post("/api/v1/forward_backward", content=fb_body(served.model_id, [1, 2, 3, 4]), headers=PROTOBUF)
+    sent = served.client.post(
+        "/api/v1/forward_backward", content=fb_body(served.model_id, [1, 2, 3, 4]), headers=PROTOBUF
+    )
     answer = result(served.client, sent.json()["request_id"])
     assert answer["category"] == "user", answer
     assert answer["error"].startswith("the server ran out of memory for this request") and "\n" not in answer["error"]

@@ -92,7 +92,9 @@ def test_a_sparse_tensor_declaring_hundreds_of_millions_of_elements_is_refused_b
         (pb.Tensor(dense=np.ones(6, np.float32).tobytes(), dtype=99, shape=[6]), "dtype 99 is not a tensor dtype"),
     ],
 )
-def test_a_tensor_that_does_not_fit_its_declared_shape_is_a_value_error_naming_it(tensor: pb.Tensor, message: str) -> None:
+def test_a_tensor_that_does_not_fit_its_declared_shape_is_a_value_error_naming_it(
+    tensor: pb.Tensor, message: str
+) -> None:
     with pytest.raises(ValueError, match=message) as raised:
         wire.decode_forward_backward(request(tensor), max_elements=LIMIT)
     assert "data[0].loss_fn_inputs['weights']" in str(raised.value)

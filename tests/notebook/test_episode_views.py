@@ -9,11 +9,15 @@ from gemlab.notebook import episode_views
 def episode(rewards, actions=None, env_index=0):
     observations = ["Start.\nEnter your next guess."]
     for turn in range(1, len(rewards)):
-        observations.append(observations[-1].replace("Enter your next guess.", f"At turn {turn}, hint.\nEnter your next guess."))
+        observations.append(
+            observations[-1].replace("Enter your next guess.", f"At turn {turn}, hint.\nEnter your next guess.")
+        )
     actions = actions or [f"\\boxed{{{i}}}" for i in range(len(rewards))]
     return Episode(
         transitions=[
-            Transition([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], r, i == len(rewards) - 1, observations[i], actions[i], "stop")
+            Transition(
+                [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], r, i == len(rewards) - 1, observations[i], actions[i], "stop"
+            )
             for i, r in enumerate(rewards)
         ],
         env_index=env_index,
@@ -21,7 +25,9 @@ def episode(rewards, actions=None, env_index=0):
 
 
 def test_new_text_splits_at_the_line_where_the_observation_grows():
-    old, new = episode_views.new_text("Intro\nEnter your next guess.", "Intro\nAt turn 1, hint.\nEnter your next guess.")
+    old, new = episode_views.new_text(
+        "Intro\nEnter your next guess.", "Intro\nAt turn 1, hint.\nEnter your next guess."
+    )
     assert old == "Intro\n" and new == "At turn 1, hint.\nEnter your next guess."
 
 
@@ -55,5 +61,7 @@ def test_episode_table_and_stats():
 def test_episode_in_progress_is_not_called_lost():
     unfinished = episode([0.0, 0.0])
     unfinished.transitions[-1].done = False
-    assert "in progress" in str(episode_views.episode_html(unfinished)) and "lost" not in str(episode_views.episode_html(unfinished))
+    assert "in progress" in str(episode_views.episode_html(unfinished)) and "lost" not in str(
+        episode_views.episode_html(unfinished)
+    )
     assert ">lost<" in str(episode_views.episode_html(episode([0.0, 0.0])))

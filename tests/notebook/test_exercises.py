@@ -74,7 +74,9 @@ WRONG = {
 
 
 def test_every_check_has_a_solution_and_wrong_answers():
-    public = {name for name, obj in inspect.getmembers(solutions, inspect.isfunction) if obj.__module__ == solutions.__name__}
+    public = {
+        name for name, obj in inspect.getmembers(solutions, inspect.isfunction) if obj.__module__ == solutions.__name__
+    }
     assert set(exercises.CHECKS) == public
     assert set(WRONG) == set(exercises.CHECKS)
 

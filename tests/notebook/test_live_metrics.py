@@ -14,7 +14,10 @@ from gemlab.notebook.redraw import RedrawBudget
 
 def test_live_metrics_figure_has_labels():
     live = live_metrics.LiveMetrics(["sampler/success_rate", "train/loss:sum"])
-    live.rows = [{"step": 0, "sampler/success_rate": 0.1, "train/loss:sum": 1.0}, {"step": 1, "sampler/success_rate": 0.3, "train/loss:sum": 0.5}]
+    live.rows = [
+        {"step": 0, "sampler/success_rate": 0.1, "train/loss:sum": 1.0},
+        {"step": 1, "sampler/success_rate": 0.3, "train/loss:sum": 0.5},
+    ]
     fig = live.figure()
     for ax in fig.axes:
         assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
@@ -75,8 +78,19 @@ def test_a_lone_evaluation_shows_its_interval():
     points has no width there, so each point also gets a bar from its low to its high."""
     live = live_metrics.LiveMetrics(["eval/success"], total=3)
     for step in range(3):
-        live.update({"step": step, **({"eval/success": 0.39, "eval/success_low": 0.28, "eval/success_high": 0.51} if step == 2 else {})})
+        live.update(
+            {
+                "step": step,
+                **({"eval/success": 0.39, "eval/success_low": 0.28, "eval/success_high": 0.51} if step == 2 else {}),
+            }
+        )
     figure = live.figure()
-    bars = [segment for collection in figure.axes[0].collections for segment in getattr(collection, "get_segments", lambda: [])()]
-    assert [[tuple(point) for point in segment] for segment in bars] == [[(2.0, pytest.approx(0.28)), (2.0, pytest.approx(0.51))]]
+    bars = [
+        segment
+        for collection in figure.axes[0].collections
+        for segment in getattr(collection, "get_segments", lambda: [])()
+    ]
+    assert [[tuple(point) for point in segment] for segment in bars] == [
+        [(2.0, pytest.approx(0.28)), (2.0, pytest.approx(0.51))]
+    ]
     matplotlib.pyplot.close(figure)

@@ -25,7 +25,9 @@ def test_the_preset_follows_the_models_the_backend_serves(monkeypatch):
     server), GEM's defaults where it does not (Tinker's own models)."""
     assert preset_for("local") == "laptop"
     for served, preset in ((["Qwen/Qwen3-4B-Instruct-2507"], "gem"), (["gemlab/tiny-chat", "gemlab/tiny"], "laptop")):
-        answer = types.GetServerCapabilitiesResponse(supported_models=[types.SupportedModel(model_name=name) for name in served])
+        answer = types.GetServerCapabilitiesResponse(
+            supported_models=[types.SupportedModel(model_name=name) for name in served]
+        )
         rest = SimpleNamespace(get_server_capabilities=lambda answer=answer: SimpleNamespace(result=lambda: answer))
         monkeypatch.setattr(tinker, "RestClient", lambda: rest)  # noqa: B023  # used in this iteration
         assert preset_for("tinker") == preset

@@ -62,9 +62,15 @@ class ScriptedSampler:
     def sample(self, prompt: Any, num_samples: int, params: Any, topk_sample_logprobs: int = 0) -> _Future:
         self.calls.append({"prompt": prompt.to_ints(), "topk": topk_sample_logprobs})
         tokens = self.get_tokenizer().encode(self.text, add_special_tokens=False)
-        top = [[(t + j, -0.5 - j) for j in range(topk_sample_logprobs)] for t in tokens] if topk_sample_logprobs else None
+        top = (
+            [[(t + j, -0.5 - j) for j in range(topk_sample_logprobs)] for t in tokens] if topk_sample_logprobs else None
+        )
         sequence = types.SampledSequence(
-            stop_reason="stop", sequence_id="scripted", _tokens_list=tokens, _logprobs_list=[-0.5] * len(tokens), _topk_logprobs_list=top
+            stop_reason="stop",
+            sequence_id="scripted",
+            _tokens_list=tokens,
+            _logprobs_list=[-0.5] * len(tokens),
+            _topk_logprobs_list=top,
         )
 
         async def result() -> types.SampleResponse:

@@ -33,7 +33,14 @@ def make_env(url: str, server_type: str, group_size: int = 3, seed: int = 0):
     example = load_example()
     folder = str(model_source(TINY_CHAT)[0])  # the tokenizer, by path: nothing from the hub
     config = example.GuessConfig(group_size=group_size, use_wandb=False, tokenizer_name=folder, seed=seed)
-    server = APIServerConfig(model_name=TINY_CHAT, base_url=url, api_key=KEY, server_type=server_type, tokenizer_name=folder, health_check=False)
+    server = APIServerConfig(
+        model_name=TINY_CHAT,
+        base_url=url,
+        api_key=KEY,
+        server_type=server_type,
+        tokenizer_name=folder,
+        health_check=False,
+    )
     return example.GuessNumberEnv(config, [server])
 
 
@@ -69,7 +76,9 @@ def test_a_scored_group_becomes_one_episode_per_sequence_with_a_transition_per_t
 def test_managed_server_tracks_every_turn_as_the_endpoint_sampled_it(service, server_type: str) -> None:
     sampler = service.create_sampling_client(base_model=TINY_CHAT).result()
     recorder = Recorder()
-    app = create_app(SamplerSlot(sampler, version=4), model_name=TINY_CHAT, recorder=recorder, limits=Limits(api_key=KEY))
+    app = create_app(
+        SamplerSlot(sampler, version=4), model_name=TINY_CHAT, recorder=recorder, limits=Limits(api_key=KEY)
+    )
     with BackgroundServer(app) as server:
         env = make_env(server.url, server_type)
 
@@ -80,13 +89,20 @@ def test_managed_server_tracks_every_turn_as_the_endpoint_sampled_it(service, se
         group, backlog = asyncio.run(one_group())
     assert backlog == [] and len(group["tokens"]) == 3
     requests = recorder.records()
-    assert len(requests) >= 3 and all(r.sampler_version == 4 and r.id.startswith("gen-") for r in requests)  # all through /generate
-    for tokens, mask, logprobs, messages in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["messages"], strict=True):
+    # all through /generate
+    assert len(requests) >= 3 and all(r.sampler_version == 4 and r.id.startswith("gen-") for r in requests)
+    for tokens, mask, logprobs, messages in zip(
+        group["tokens"], group["masks"], group["inference_logprobs"], group["messages"], strict=True
+    ):
         replies = [m for m in messages if m["role"] == "assistant"]
         spans = turns(mask)
         assert len(spans) == len(replies) >= 1  # one written run per reply
         for start, end in spans:  # each turn is exactly one request's prompt and sampled tokens
-            match = [r for r in requests if r.prompt_token_ids == tokens[:start] and r.choices[0].token_ids == tokens[start:end]]
+            match = [
+                r
+                for r in requests
+                if r.prompt_token_ids == tokens[:start] and r.choices[0].token_ids == tokens[start:end]
+            ]
             assert match, f"turn {start}:{end} is not a sample the endpoint drew"
             assert logprobs[start:end] == match[0].choices[0].logprobs
         assert all(lp == 1.0 for lp, m in zip(logprobs, mask, strict=True) if m == -100)  # atroposlib's filler
@@ -99,7 +115,13 @@ def test_the_loop_trains_on_the_groups_and_serves_the_new_weights(service, max_s
     slot = SamplerSlot(training.save_weights_and_get_sampling_client().result())
     training.calls.clear()
     config = make_config(
-        "laptop", model_name=TINY_CHAT, advantage="grpo", group_size=4, batch_size=256, max_staleness=max_staleness, learning_rate=2e-3
+        "laptop",
+        model_name=TINY_CHAT,
+        advantage="grpo",
+        group_size=4,
+        batch_size=256,
+        max_staleness=max_staleness,
+        learning_rate=2e-3,
     )
     with BackgroundServer(create_app(slot, model_name=TINY_CHAT, limits=Limits(api_key=KEY))) as server:
         env = make_env(server.url, "sglang", group_size=4)
@@ -119,7 +141,11 @@ def test_the_loop_trains_on_the_groups_and_serves_the_new_weights(service, max_s
         assert rows[-1]["async/staleness_max"] == 1  # the producer ran a step ahead
     assert slot.get()[1] == 3  # the endpoint now serves the weights after 3 steps
     # every snapshot of version v is asked for after exactly v optimizer steps (never after a later one)
-    snapshots = [training.calls[: i].count("optim_step") for i, call in enumerate(training.calls) if call == "save_weights_and_get_sampling_client"]
+    snapshots = [
+        training.calls[:i].count("optim_step")
+        for i, call in enumerate(training.calls)
+        if call == "save_weights_and_get_sampling_client"
+    ]
     assert snapshots == [0, 1, 2, 3]
 
 

@@ -85,7 +85,9 @@ def raw(server: BackgroundServer, request: bytes) -> bytes:
         b"GET http://127.0.0.1:99999/v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n",  # (httptools refuses it itself)
     ],
 )
-def test_a_bad_port_two_hosts_or_an_absolute_uri_naming_another_host_is_refused(served: BackgroundServer, head: bytes) -> None:
+def test_a_bad_port_two_hosts_or_an_absolute_uri_naming_another_host_is_refused(
+    served: BackgroundServer, head: bytes
+) -> None:
     answer = raw(served, head + b"Connection: close\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400 ") and b"inside" not in answer, answer[:300]
 
@@ -101,4 +103,6 @@ def test_a_head_over_the_limit_is_431_before_the_app(served: BackgroundServer) -
     answer = raw(served, head)
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:300]
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_header_fields_too_large"
-    assert raw(served, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200 ")
+    assert raw(served, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").startswith(
+        b"HTTP/1.1 200 "
+    )

@@ -34,7 +34,14 @@ def post(root: str, body: object) -> httpx.Response:
 
 def test_sglang_shape_answers_each_sample_with_its_tokens_logprobs_and_finish(served, prompt_ids, sampler) -> None:
     root, recorder = served
-    answer = post(root, {"input_ids": prompt_ids, "sampling_params": {"n": 3, "max_new_tokens": 8, "temperature": 1.0}, "return_logprob": True})
+    answer = post(
+        root,
+        {
+            "input_ids": prompt_ids,
+            "sampling_params": {"n": 3, "max_new_tokens": 8, "temperature": 1.0},
+            "return_logprob": True,
+        },
+    )
     assert answer.status_code == 200, answer.text
     samples = answer.json()
     assert isinstance(samples, list) and len(samples) == 3
@@ -58,7 +65,9 @@ def test_sglang_shape_answers_each_sample_with_its_tokens_logprobs_and_finish(se
 
 
 def test_sglang_shape_with_one_sample_is_one_object(served, prompt_ids) -> None:
-    answer = post(served[0], {"input_ids": prompt_ids, "sampling_params": {"max_new_tokens": 4}, "return_logprob": True})
+    answer = post(
+        served[0], {"input_ids": prompt_ids, "sampling_params": {"max_new_tokens": 4}, "return_logprob": True}
+    )
     assert answer.status_code == 200 and isinstance(answer.json(), dict)
     assert len(answer.json()["output_ids"]) <= 4
 
@@ -96,7 +105,10 @@ def test_vllm_logprobs_k_adds_the_top_alternatives(served, prompt_ids) -> None:
         ({"input_ids": [1, 2], "sampling_params": [1]}, "sampling_params must be a JSON object"),
         ({"input_ids": [1, 2], "sampling_params": []}, "sampling_params must be a JSON object"),  # was taken as {}
         ({"input_ids": [1, 2], "sampling_params": ""}, "sampling_params must be a JSON object"),
-        ({"input_ids": [1, 2], "sampling_params": {"repetition_penalty": 1.3}}, "sampling_params.repetition_penalty=1.3 is not supported"),
+        (
+            {"input_ids": [1, 2], "sampling_params": {"repetition_penalty": 1.3}},
+            "sampling_params.repetition_penalty=1.3 is not supported",
+        ),
         ({"input_ids": [1, 2], "sampling_params": {"stop_token_ids": [5]}}, "stop_token_ids=[5] is not supported"),
         ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 0}}, "'max_new_tokens'"),
         ({"input_ids": [1, 2], "sampling_params": {"temperature": 9}}, "'temperature'"),
@@ -113,5 +125,12 @@ def test_bad_bodies_are_one_line_400s(served, body, says) -> None:
 
 
 def test_sampling_controls_at_their_neutral_value_are_accepted(served, prompt_ids) -> None:
-    params = {"max_new_tokens": 2, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0, "skip_special_tokens": True}
+    params = {
+        "max_new_tokens": 2,
+        "top_k": -1,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "frequency_penalty": 0,
+        "skip_special_tokens": True,
+    }
     assert post(served[0], {"input_ids": prompt_ids, "sampling_params": params}).status_code == 200

@@ -40,7 +40,9 @@ def test_the_router_serves_alone_given_an_endpoint(sampler) -> None:
         assert body["choices"][0]["token_ids"] == expected and body["choices"][0]["message"]["content"] == "hello there"
         assert body["sampler_version"] == 7 and scripted.calls[0]["prompt"] == body["prompt_token_ids"]
         assert recorder.get(body["id"]).choices[0].token_ids == expected
-        generated = client.post("/generate", json={"input_ids": body["prompt_token_ids"], "sampling_params": {"max_new_tokens": 8}})
+        generated = client.post(
+            "/generate", json={"input_ids": body["prompt_token_ids"], "sampling_params": {"max_new_tokens": 8}}
+        )
         assert generated.status_code == 200 and generated.json()["output_ids"] == expected
 
 

@@ -104,7 +104,13 @@ def test_n_choices_are_drawn_independently(client) -> None:
 def test_streaming_chat_adds_up_to_the_same_answer(client) -> None:
     whole = client.chat.completions.create(model=TINY, messages=MESSAGES, max_tokens=8, logprobs=True, seed=21)
     stream = client.chat.completions.create(
-        model=TINY, messages=MESSAGES, max_tokens=8, logprobs=True, seed=21, stream=True, stream_options={"include_usage": True}
+        model=TINY,
+        messages=MESSAGES,
+        max_tokens=8,
+        logprobs=True,
+        seed=21,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     chunks = list(stream)
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -127,7 +133,9 @@ def test_streaming_completions(client) -> None:
 
 
 def test_user_stop_strings_end_the_text(client) -> None:
-    reply = client.completions.create(model=TINY, prompt="I guess \\boxed{", max_tokens=8, stop=["}"], seed=4, temperature=0)
+    reply = client.completions.create(
+        model=TINY, prompt="I guess \\boxed{", max_tokens=8, stop=["}"], seed=4, temperature=0
+    )
     assert "}" not in reply.choices[0].text
     assert reply.choices[0].finish_reason == "stop"
 
@@ -137,13 +145,33 @@ def test_user_stop_strings_end_the_text(client) -> None:
     [
         (b"{not json", 400, None, None),
         ({"model": TINY}, 400, None, "messages"),
-        ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, 400, None, "temperature"),
+        (
+            {"model": TINY, "messages": [{"role": "user", "content": "hi"}], "temperature": "hot"},
+            400,
+            None,
+            "temperature",
+        ),
         ({"model": TINY, "messages": [{"role": "robot", "content": "hi"}]}, 400, None, "messages.0.role"),
         ({"model": TINY, "messages": []}, 400, None, "messages"),
         ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "model_not_found", "model"),
-        ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000}, 400, "context_length_exceeded", "max_tokens"),
-        ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}, 400, None, "top_logprobs"),
-        ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21, "logprobs": True}, 400, None, "top_logprobs"),
+        (
+            {"model": TINY, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000},
+            400,
+            "context_length_exceeded",
+            "max_tokens",
+        ),
+        (
+            {"model": TINY, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3},
+            400,
+            None,
+            "top_logprobs",
+        ),
+        (
+            {"model": TINY, "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 21, "logprobs": True},
+            400,
+            None,
+            "top_logprobs",
+        ),
         ({"model": TINY, "messages": [{"role": "user", "content": "hi"}], "n": 0}, 400, None, "n"),
     ],
 )
@@ -188,7 +216,9 @@ def test_32_concurrent_requests_succeed_in_few_batches(served, monkeypatch) -> N
     async def main() -> list:
         client = openai.AsyncOpenAI(base_url=served[0].url, api_key="local", max_retries=0)
         calls = [
-            client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": f"Guess {i}"}], max_tokens=8)
+            client.chat.completions.create(
+                model=TINY, messages=[{"role": "user", "content": f"Guess {i}"}], max_tokens=8
+            )
             for i in range(32)
         ]
         return await asyncio.gather(*calls)
@@ -232,7 +262,12 @@ def test_swapping_the_sampler_serves_new_weights(client, served, training, servi
     old_sampler, old_version = slot.get()
     try:
         first = client.chat.completions.create(model=TINY, messages=MESSAGES, max_tokens=8, logprobs=True, seed=8)
-        datum = policy_gradient_datum(first.model_extra["prompt_token_ids"], first.choices[0].model_extra["token_ids"], [0.0] * len(first.choices[0].model_extra["token_ids"]), 1.0)
+        datum = policy_gradient_datum(
+            first.model_extra["prompt_token_ids"],
+            first.choices[0].model_extra["token_ids"],
+            [0.0] * len(first.choices[0].model_extra["token_ids"]),
+            1.0,
+        )
         training.forward_backward([datum], "importance_sampling").result()
         training.optim_step(adam_params(0.05)).result()
         version = slot.set(training.save_weights_and_get_sampling_client().result())
@@ -242,7 +277,9 @@ def test_swapping_the_sampler_serves_new_weights(client, served, training, servi
         assert recorder.get(second.id).sampler_version == version
         first_lp = [e.logprob for e in first.choices[0].logprobs.content]
         second_lp = [e.logprob for e in second.choices[0].logprobs.content]
-        assert second.choices[0].model_extra["token_ids"] != first.choices[0].model_extra["token_ids"] or not np.allclose(first_lp, second_lp, atol=1e-4)
+        assert second.choices[0].model_extra["token_ids"] != first.choices[0].model_extra[
+            "token_ids"
+        ] or not np.allclose(first_lp, second_lp, atol=1e-4)
     finally:
         slot.set(old_sampler, old_version)
 
@@ -253,11 +290,15 @@ def test_an_openai_agent_plays_a_gem_game_and_its_episode_trains(client, served,
     sampler's logprobs equal to the learner's (same weights: on-policy)."""
     _, slot, recorder = served
     slot.set(training.save_weights_and_get_sampling_client().result())  # serve the trainer's current weights
-    env = make_envs("game:GuessTheNumber-v0-easy", 1, seed=0, env_wrappers="concat", tokenizer=training.get_tokenizer())[0]
+    env = make_envs(
+        "game:GuessTheNumber-v0-easy", 1, seed=0, env_wrappers="concat", tokenizer=training.get_tokenizer()
+    )[0]
     steps, done = [], False
     observation, _ = env.reset()
     while not done:
-        reply = client.chat.completions.create(model=TINY, messages=[{"role": "user", "content": observation}], max_tokens=8)
+        reply = client.chat.completions.create(
+            model=TINY, messages=[{"role": "user", "content": observation}], max_tokens=8
+        )
         observation, reward, terminated, truncated, _ = env.step(reply.choices[0].message.content)
         steps.append((reply.id, reward))
         done = terminated or truncated
@@ -281,7 +322,10 @@ def test_recorder_refuses_unknown_ids(served) -> None:
 @pytest.mark.slow
 def test_command_line_refuses_an_unknown_model_in_one_line() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gemlab.openai_endpoint", "--model", "gemlab/nothing"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "gemlab.openai_endpoint", "--model", "gemlab/nothing"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "gemlab/nothing" in result.stderr
@@ -290,7 +334,10 @@ def test_command_line_refuses_an_unknown_model_in_one_line() -> None:
 @pytest.mark.parametrize(
     "error, said",
     [
-        (ModuleNotFoundError("reading it needs the gguf package: pip install 'gguf>=0.10'"), "reading it needs the gguf package: pip install 'gguf>=0.10'"),
+        (
+            ModuleNotFoundError("reading it needs the gguf package: pip install 'gguf>=0.10'"),
+            "reading it needs the gguf package: pip install 'gguf>=0.10'",
+        ),
         (MemoryError(), "out of memory while loading it: "),
     ],
 )

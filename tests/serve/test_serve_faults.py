@@ -44,13 +44,20 @@ def assert_error(response: httpx.Response, status: int, code: str | None = None)
 
 
 def still_serves(server: Any, **headers: str) -> None:
-    reply = httpx.post(server.url + "/chat/completions", json={"model": MODEL, "messages": HI, "max_tokens": 3}, headers=headers, timeout=60)
+    reply = httpx.post(
+        server.url + "/chat/completions",
+        json={"model": MODEL, "messages": HI, "max_tokens": 3},
+        headers=headers,
+        timeout=60,
+    )
     assert reply.status_code == 200 and reply.json()["choices"][0]["token_ids"]
 
 
 def test_an_oversized_body_is_refused_by_its_length_before_it_is_read(server) -> None:
     body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 5_000_000}]}).encode()
-    assert_error(httpx.post(server.url + "/chat/completions", content=body, headers=JSON, timeout=30), 413, "request_too_large")
+    assert_error(
+        httpx.post(server.url + "/chat/completions", content=body, headers=JSON, timeout=30), 413, "request_too_large"
+    )
     still_serves(server)
 
 
@@ -61,7 +68,11 @@ def test_an_oversized_body_without_a_length_is_refused_once_it_passes_the_limit(
             yield b"x" * 65536
         yield b'"}]}'
 
-    assert_error(httpx.post(server.url + "/chat/completions", content=chunks(), headers=JSON, timeout=30), 413, "request_too_large")
+    assert_error(
+        httpx.post(server.url + "/chat/completions", content=chunks(), headers=JSON, timeout=30),
+        413,
+        "request_too_large",
+    )
     still_serves(server)
 
 
@@ -79,13 +90,21 @@ def poll_health(server: Any, busy: threading.Thread) -> list[float]:
     return latencies
 
 
-@pytest.mark.parametrize("characters", [10_000_000, 4_000_000, 300_000], ids=["10MB-over-body-limit", "4MB-over-context-by-characters", "300k-tokenized"])
+@pytest.mark.parametrize(
+    "characters",
+    [10_000_000, 4_000_000, 300_000],
+    ids=["10MB-over-body-limit", "4MB-over-context-by-characters", "300k-tokenized"],
+)
 def test_health_answers_within_a_second_while_a_big_message_is_refused(server, characters: int) -> None:
     statuses: list[int] = []
     content = "ab " * (characters // 3)
     busy = threading.Thread(
         target=lambda: statuses.append(
-            httpx.post(server.url + "/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": content}]}, timeout=120).status_code
+            httpx.post(
+                server.url + "/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": content}]},
+                timeout=120,
+            ).status_code
         )
     )
     busy.start()
@@ -144,8 +163,11 @@ def test_undecodable_text_is_a_400(server, body: bytes) -> None:
 
 @pytest.mark.parametrize("length", [b"abc", b"-5", b"9" * 23])
 def test_a_malformed_content_length_is_a_400(server, length: bytes) -> None:
-    with socket.create_connection((server.host, server.port), timeout=10) as sock:  # refused by uvicorn itself (plain text)
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + length + b"\r\n\r\n{}")
+    # refused by uvicorn itself (plain text)
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: " + length + b"\r\n\r\n{}"
+        )
         assert sock.recv(100).startswith(b"HTTP/1.1 400")
     still_serves(server)
 
@@ -205,7 +227,10 @@ def test_clients_that_leave_mid_upload_or_mid_sampling_leave_the_server_healthy(
     with serve(gated) as server:
         limits = server.app.state.limits
         body = json.dumps({"model": MODEL, "messages": HI, "max_tokens": 3}).encode()
-        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        head = (
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
         with socket.create_connection((server.host, server.port)) as sock:
             sock.sendall(head + body[:10])  # leaves mid-body
         for _ in range(3):

@@ -16,7 +16,11 @@ from tests.serve.conftest import MODEL, ScriptedSampler, serve
 
 WEATHER = {
     "type": "function",
-    "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
 }
 CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
@@ -24,10 +28,12 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
 
 # A tool-aware template in the style of Qwen2.5's (tools in the system turn, calls as <tool_call> JSON)
 TOOL_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %}{{ tool | tojson }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{%- if tools %}<|im_start|>system\nTOOLS:{% for tool in tools %}{{ tool | tojson }}{% endfor "
+    "%}<|im_end|>\n{% endif %}"
     "{%- for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls %}{% for c in m.tool_calls %}"
     "<tool_call>{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}</tool_call>{% endfor %}"
-    "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt "
+    "%}<|im_start|>assistant\n{% endif %}"
 )
 
 
@@ -42,7 +48,11 @@ def client_of(server: Any) -> openai.OpenAI:
 def test_a_plain_chatml_template_gets_the_hermes_tools_block(sampler) -> None:
     with serve(sampler) as server:
         reply = client_of(server).chat.completions.create(
-            model=MODEL, messages=[{"role": "system", "content": "Be brief."}, *ASK], tools=[WEATHER, CLOCK], max_tokens=4, seed=0
+            model=MODEL,
+            messages=[{"role": "system", "content": "Be brief."}, *ASK],
+            tools=[WEATHER, CLOCK],
+            max_tokens=4,
+            seed=0,
         )
     text = prompt_text(reply, sampler)
     system = text.split("<|im_end|>")[0]
@@ -53,18 +63,27 @@ def test_a_plain_chatml_template_gets_the_hermes_tools_block(sampler) -> None:
 
 @pytest.mark.parametrize(
     ("tool_choice", "shown"),
-    [("none", []), ("auto", ["get_weather", "get_time"]), ("required", ["get_weather", "get_time"]), ({"type": "function", "function": {"name": "get_time"}}, ["get_time"])],
+    [
+        ("none", []),
+        ("auto", ["get_weather", "get_time"]),
+        ("required", ["get_weather", "get_time"]),
+        ({"type": "function", "function": {"name": "get_time"}}, ["get_time"]),
+    ],
 )
 def test_tool_choice_decides_which_tools_the_model_sees(sampler, tool_choice, shown) -> None:
     with serve(sampler) as server:
-        reply = client_of(server).chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, CLOCK], tool_choice=tool_choice, max_tokens=2, seed=0)
+        reply = client_of(server).chat.completions.create(
+            model=MODEL, messages=ASK, tools=[WEATHER, CLOCK], tool_choice=tool_choice, max_tokens=2, seed=0
+        )
     text = prompt_text(reply, sampler)
     assert [name for name in ("get_weather", "get_time") if f'"name": "{name}"' in text] == shown
 
 
 def test_a_named_tool_choice_must_be_one_of_the_tools(sampler) -> None:
     with serve(sampler) as server, pytest.raises(openai.BadRequestError, match="not in tools"):
-        client_of(server).chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+        client_of(server).chat.completions.create(
+            model=MODEL, messages=ASK, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}}
+        )
 
 
 def test_a_tool_aware_template_renders_tools_and_history_itself(sampler) -> None:
@@ -74,14 +93,25 @@ def test_a_tool_aware_template_renders_tools_and_history_itself(sampler) -> None
     scripted.get_tokenizer = lambda: tokenizer
     history = [
         *ASK,
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]
     with serve(scripted) as server:
         reply = client_of(server).chat.completions.create(model=MODEL, messages=history, tools=[WEATHER])
     text = tokenizer.decode(reply.model_extra["prompt_token_ids"], skip_special_tokens=False)
     assert text.startswith("<|im_start|>system\nTOOLS:" + json.dumps(WEATHER) + "<|im_end|>")
-    assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in text  # arguments as an object
+    # arguments as an object
+    assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in text
     assert "<|im_start|>tool\nsunny<|im_end|>" in text
     assert reply.choices[0].message.content == "It is sunny." and reply.choices[0].finish_reason == "stop"
 
@@ -96,14 +126,19 @@ def test_a_tool_call_comes_back_as_tool_calls(sampler) -> None:
     (call,) = choice.message.tool_calls
     assert call.type == "function" and call.id.startswith("call_")
     assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
-    assert plain.choices[0].message.tool_calls is None and plain.choices[0].finish_reason == "stop"  # no tools offered: text
+    # no tools offered: text
+    assert plain.choices[0].message.tool_calls is None and plain.choices[0].finish_reason == "stop"
 
 
 def test_a_streamed_tool_call_arrives_as_tool_call_deltas(sampler) -> None:
     with serve(ScriptedSampler(sampler, CALL)) as server:
-        chunks = list(client_of(server).chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], stream=True))
+        chunks = list(
+            client_of(server).chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], stream=True)
+        )
     deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
-    assert [(d.index, d.function.name, json.loads(d.function.arguments)) for d in deltas] == [(0, "get_weather", {"city": "Paris"})]
+    assert [(d.index, d.function.name, json.loads(d.function.arguments)) for d in deltas] == [
+        (0, "get_weather", {"city": "Paris"})
+    ]
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
 
 
@@ -111,7 +146,11 @@ def test_a_streamed_tool_call_arrives_as_tool_call_deltas(sampler) -> None:
     ("raw", "content", "calls"),
     [
         (CALL, None, [("get_weather", {"city": "Paris"})]),
-        ('ok <tool_call>{"name": "a", "parameters": {"x": 1}}</tool_call>\n<tool_call>{"name": "b"}</tool_call>', "ok", [("a", {"x": 1}), ("b", {})]),
+        (
+            'ok <tool_call>{"name": "a", "parameters": {"x": 1}}</tool_call>\n<tool_call>{"name": "b"}</tool_call>',
+            "ok",
+            [("a", {"x": 1}), ("b", {})],
+        ),
         ("<tool_call>{not json}</tool_call>", None, []),
         ('<tool_call>{"arguments": {}}</tool_call>', None, []),
         ('<tool_call>{"name": "a"', None, []),
@@ -132,11 +171,25 @@ def test_an_agent_that_always_sends_its_tools_plays_several_turns(sampler) -> No
         client = client_of(server)
         messages: list[Any] = [{"role": "system", "content": "You can use tools."}, *ASK]
         for turn in range(3):
-            reply = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER, CLOCK], tool_choice="auto", max_tokens=12, seed=turn)
+            reply = client.chat.completions.create(
+                model=MODEL, messages=messages, tools=[WEATHER, CLOCK], tool_choice="auto", max_tokens=12, seed=turn
+            )
             message = reply.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
-            messages.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": "sunny"} if message.tool_calls else {"role": "user", "content": "And tomorrow?"})
-            messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"c{turn}", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]})
+            messages.append(
+                {"role": "tool", "tool_call_id": f"call_{turn}", "content": "sunny"}
+                if message.tool_calls
+                else {"role": "user", "content": "And tomorrow?"}
+            )
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": f"c{turn}", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}
+                    ],
+                }
+            )
             messages.append({"role": "tool", "tool_call_id": f"c{turn}", "content": "12:00"})
             assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
     assert "<tool_response>\n12:00\n</tool_response>" in prompt_text(reply, sampler)
@@ -155,7 +208,10 @@ def test_top_logprobs_come_from_the_samplers_top_k_in_openai_shape(sampler) -> N
         assert [t.token for t in entry.top_logprobs] == expected
         assert [t.logprob for t in entry.top_logprobs] == [-0.5, -1.5, -2.5]
         assert entry.top_logprobs[0].bytes == list(expected[0].encode())
-    assert completion.choices[0].logprobs.top_logprobs[0] == {tokenizer.decode([tokens[0]]): -0.5, tokenizer.decode([tokens[0] + 1]): -1.5}
+    assert completion.choices[0].logprobs.top_logprobs[0] == {
+        tokenizer.decode([tokens[0]]): -0.5,
+        tokenizer.decode([tokens[0] + 1]): -1.5,
+    }
 
 
 def test_the_local_samplers_top_logprobs_through_the_openai_client(sampler) -> None:
@@ -163,8 +219,12 @@ def test_the_local_samplers_top_logprobs_through_the_openai_client(sampler) -> N
     its logprob. Sampled: the chosen token is never more likely than the first alternative."""
     with serve(sampler) as server:
         client = client_of(server)
-        greedy = client.chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6, temperature=0)
-        drawn = client.chat.completions.create(model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6, seed=1)
+        greedy = client.chat.completions.create(
+            model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6, temperature=0
+        )
+        drawn = client.chat.completions.create(
+            model=MODEL, messages=ASK, logprobs=True, top_logprobs=3, max_tokens=6, seed=1
+        )
     content = greedy.choices[0].logprobs.content
     assert content and all(len(entry.top_logprobs) == 3 for entry in content)
     for entry in content:

@@ -10,7 +10,8 @@ from gemlab.studies.async_runs import SYNC, Setting, contrasts, saved_runs, summ
 
 def history(successes: list[float], seconds_per_step: float = 2.0) -> list[dict[str, float]]:
     return [
-        {"sampler/success_rate": s, "time/sample_start": i * seconds_per_step, "time/train_end": (i + 1) * seconds_per_step,
+        {"sampler/success_rate": s, "time/sample_start": i * seconds_per_step,
+        "time/train_end": (i + 1) * seconds_per_step,
          "train/logprob_diff_abs": 0.0, "async/staleness_mean": 0.0}
         for i, s in enumerate(successes)
     ]  # fmt: skip
@@ -34,23 +35,33 @@ def test_each_asynchronous_setting_is_paired_with_the_synchronous_run_of_its_see
     results = {
         SYNC: {0: result(0.9, 2.0), 1: result(0.8, 2.0), 2: result(0.7, 4.0)},
         is1: {0: result(0.8, 1.0), 1: result(0.6, 1.0), 2: result(0.7, 2.0)},
-        ppo1: {0: result(0.9, 1.0), 1: result(0.8, 2.0), 2: result(0.7, 2.0), 3: result(0.1, 1.0)},  # seed 3 has no pair
+        # seed 3 has no pair
+        ppo1: {0: result(0.9, 1.0), 1: result(0.8, 2.0), 2: result(0.7, 2.0), 3: result(0.1, 1.0)},
     }
     table = contrasts(results).set_index(["treatment", "control"])
     assert list(table.index) == [(is1.label, "synchronous"), (ppo1.label, "synchronous"), (ppo1.label, is1.label)]
     row = table.loc[(is1.label, "synchronous")]
     assert row["seeds"] == 3 and row["final success difference"] == pytest.approx(-0.1)
     assert row["s/step ratio"] == pytest.approx(0.5)  # every seed took half the time per step
-    assert table.loc[(ppo1.label, "synchronous")]["s/step ratio"] == pytest.approx(2 ** (-2 / 3))  # geometric mean of 1/2, 1, 1/2
+    # geometric mean of 1/2, 1, 1/2
+    assert table.loc[(ppo1.label, "synchronous")]["s/step ratio"] == pytest.approx(2 ** (-2 / 3))
     assert table.loc[(ppo1.label, is1.label)]["final success difference"] == pytest.approx(0.1)
     assert all(table["Holm"] >= table["p"]) and not math.isnan(row["low"])
 
 
 def test_saved_runs_are_filed_by_their_config_not_their_folder_name(tmp_path):
-    for name, k, loss, seed in [("a", 0, "importance_sampling", 3), ("b", 2, "ppo", 3), ("staleness2-seed0", 2, "importance_sampling", 0)]:
+    for name, k, loss, seed in [
+        ("a", 0, "importance_sampling", 3),
+        ("b", 2, "ppo", 3),
+        ("staleness2-seed0", 2, "importance_sampling", 0),
+    ]:
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps({"max_staleness": k, "loss_fn": loss, "seed": seed}))
         (tmp_path / name / "metrics.jsonl").write_text(json.dumps(history([0.5])[0] | {"step": 0}) + "\n")
     (tmp_path / "notes").mkdir()  # not a run: left alone
     runs = saved_runs(tmp_path)
-    assert runs == {SYNC: {3: tmp_path / "a"}, Setting(2, "importance_sampling"): {0: tmp_path / "staleness2-seed0"}, Setting(2, "ppo"): {3: tmp_path / "b"}}
+    assert runs == {
+        SYNC: {3: tmp_path / "a"},
+        Setting(2, "importance_sampling"): {0: tmp_path / "staleness2-seed0"},
+        Setting(2, "ppo"): {3: tmp_path / "b"},
+    }

@@ -10,7 +10,9 @@ from gemlab.config import make_config
 from gemlab.studies.held_out_runs import mean_interval, recorded_seeds
 
 
-def record_seed(folder, seed: int, warmup: float, evals: dict[int, float], final: tuple[int, float] | None = None) -> None:
+def record_seed(
+    folder, seed: int, warmup: float, evals: dict[int, float], final: tuple[int, float] | None = None
+) -> None:
     """A seed folder as the SmolLM2 benchmark writes it: evals maps a metrics row's step to its eval/success."""
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(chz.asdict(make_config("smollm2", seed=seed))))

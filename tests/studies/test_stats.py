@@ -41,7 +41,9 @@ def test_iqm_is_the_mean_of_the_middle_half():
 def test_bootstrap_interval_agrees_with_the_normal_approximation_on_many_seeds():
     estimate = stats.interval(np.r_[np.zeros(200), np.ones(200)])  # mean 0.5, SE 0.025
     assert estimate.value == 0.5
-    assert estimate.low == pytest.approx(0.5 - 1.96 * 0.025, abs=0.01) and estimate.high == pytest.approx(0.5 + 1.96 * 0.025, abs=0.01)
+    assert estimate.low == pytest.approx(0.5 - 1.96 * 0.025, abs=0.01) and estimate.high == pytest.approx(
+        0.5 + 1.96 * 0.025, abs=0.01
+    )
     assert math.isnan(stats.interval([3, 3, 3]).low)  # no spread, no interval
 
 

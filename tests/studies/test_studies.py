@@ -38,17 +38,31 @@ def _untimed(rows):
 def test_study_runs_cover_the_issue():
     gamma = [run.config for run in study_runs("gamma", "/x")]
     assert sorted({c.gamma for c in gamma}) == [0.5, 0.9, 1.0] and len(gamma) == 30  # 10 seeds per arm
-    assert {c.env_id for c in gamma} == {GUESS_20} and {c.log_dir for c in gamma} == {"/x/gamma"} and {c.max_steps for c in gamma} == {150}
+    assert (
+        {c.env_id for c in gamma} == {GUESS_20}
+        and {c.log_dir for c in gamma} == {"/x/gamma"}
+        and {c.max_steps for c in gamma} == {150}
+    )
     tuning = [run.config for run in study_runs("tuning", "/x", environments=["guess"])]
     assert {c.seed for c in tuning} == set(TUNING_SEEDS) and len({c.learning_rate for c in tuning}) >= 3
     assert not set(TUNING_SEEDS) & {c.seed for c in gamma}  # rates are chosen on seeds the comparison never sees
-    rates = {f"{env}-{m}": lr for env in ("guess", "guess20", "products", "sums") for m, lr in zip(("reinforce", "rebn", "grpo", "ppo"), (1e-3, 2e-3, 4e-3, 1e-3), strict=True)}
+    rates = {
+        f"{env}-{m}": lr
+        for env in ("guess", "guess20", "products", "sums")
+        for m, lr in zip(("reinforce", "rebn", "grpo", "ppo"), (1e-3, 2e-3, 4e-3, 1e-3), strict=True)
+    }
     algorithms = {run.name: run.config for run in study_runs("algorithms", "/x", seeds=[0], learning_rates=rates)}
     assert len(algorithms) == 16  # two multi-turn games and two single-turn tasks, four methods
     assert {algorithms["guess-grpo-seed0"].gamma, algorithms["products-grpo-seed0"].group_size} == {1.0, 8}
     assert algorithms["products-ppo-seed0"].loss_fn == "ppo" and algorithms["guess-ppo-seed0"].num_minibatches == 4
-    assert algorithms["guess-reinforce-seed0"].advantage == "none" and algorithms["guess-reinforce-seed0"].learning_rate == 1e-3
-    assert algorithms["products-rebn-seed0"].env_id == PRODUCTS_1DIGIT and algorithms["sums-rebn-seed0"].env_id == SUMS_1DIGIT
+    assert (
+        algorithms["guess-reinforce-seed0"].advantage == "none"
+        and algorithms["guess-reinforce-seed0"].learning_rate == 1e-3
+    )
+    assert (
+        algorithms["products-rebn-seed0"].env_id == PRODUCTS_1DIGIT
+        and algorithms["sums-rebn-seed0"].env_id == SUMS_1DIGIT
+    )
     # no method gets more data than another
     assert len({(c.batch_size, c.max_steps, c.lora_rank) for c in algorithms.values()}) == 1
     with pytest.raises(ValueError, match="Known studies: gamma, tuning, algorithms"):
@@ -58,15 +72,27 @@ def test_study_runs_cover_the_issue():
     with pytest.raises(ValueError, match="no tuned learning rate for guess-reinforce"):
         study_runs("algorithms", learning_rates={}, environments=["guess"])
     # the analysis plan: both gamma contrasts on both turn metrics, ReBN against each baseline
-    assert {c.name for c in CONTRASTS["gamma"]} >= {"gamma0.5 - gamma1.0: turns_per_won_game", "gamma0.9 - gamma1.0: turns_per_game"}
-    assert {c.control for c in CONTRASTS["algorithms"] if c.treatment == "guess-rebn"} == {"guess-reinforce", "guess-grpo", "guess-ppo"}
+    assert {c.name for c in CONTRASTS["gamma"]} >= {
+        "gamma0.5 - gamma1.0: turns_per_won_game",
+        "gamma0.9 - gamma1.0: turns_per_game",
+    }
+    assert {c.control for c in CONTRASTS["algorithms"] if c.treatment == "guess-rebn"} == {
+        "guess-reinforce",
+        "guess-grpo",
+        "guess-ppo",
+    }
 
 
 def test_the_smollm2_study_pairs_three_advantages_on_the_preset_and_scores_held_out_sums():
     runs = study_runs("smollm2", "/x")
-    assert len(runs) == 3 * len(SMOLLM2_SEEDS) and len(SMOLLM2_SEEDS) >= 5  # the issue: at least 5 paired seeds per method
+    # the issue: at least 5 paired seeds per method
+    assert len(runs) == 3 * len(SMOLLM2_SEEDS) and len(SMOLLM2_SEEDS) >= 5
     by_name = {run.name: run for run in runs}
-    assert {by_name[f"smollm2-{m}-seed0"].config.advantage for m in ("grpo", "rebn", "reinforce")} == {"grpo", "rebn", "none"}
+    assert {by_name[f"smollm2-{m}-seed0"].config.advantage for m in ("grpo", "rebn", "reinforce")} == {
+        "grpo",
+        "rebn",
+        "none",
+    }
     preset = make_config("smollm2")
     for seed in SMOLLM2_SEEDS:  # a seed's three runs differ in the advantage and nothing else
         configs = [by_name[f"smollm2-{m}-seed{seed}"].config for m in ("grpo", "rebn", "reinforce")]
@@ -76,8 +102,16 @@ def test_the_smollm2_study_pairs_three_advantages_on_the_preset_and_scores_held_
     assert (config.model_name, config.env_id, config.learning_rate, config.group_size, config.warmup_data) == (
         preset.model_name, SUMS_TRAIN, preset.learning_rate, preset.group_size, "own_answers")
     # scored by the runner on every held-out sum in both modes; the Trainer's own evaluation is off
-    assert (config.eval_env_id, runs[0].eval_games, config.eval_every, config.log_dir) == (SUMS_TEST, 64, 0, "/x/smollm2")
-    assert {c.name for c in CONTRASTS["smollm2"]} == {"smollm2-rebn - smollm2-grpo: success", "smollm2-reinforce - smollm2-grpo: success"}
+    assert (config.eval_env_id, runs[0].eval_games, config.eval_every, config.log_dir) == (
+        SUMS_TEST,
+        64,
+        0,
+        "/x/smollm2",
+    )
+    assert {c.name for c in CONTRASTS["smollm2"]} == {
+        "smollm2-rebn - smollm2-grpo: success",
+        "smollm2-reinforce - smollm2-grpo: success",
+    }
 
 
 def test_a_study_evaluation_plays_the_runs_held_out_env(tmp_path, monkeypatch):
@@ -89,7 +123,15 @@ def test_a_study_evaluation_plays_the_runs_held_out_env(tmp_path, monkeypatch):
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(gemlab.evaluate, "evaluate_async", recording)
-    config = make_config("laptop", **TINY, model_name=TINY_SUMS, env_id=SUMS_TRAIN, eval_env_id=SUMS_TEST, template="qwen3_general", log_dir=str(tmp_path))
+    config = make_config(
+        "laptop",
+        **TINY,
+        model_name=TINY_SUMS,
+        env_id=SUMS_TRAIN,
+        eval_env_id=SUMS_TEST,
+        template="qwen3_general",
+        log_dir=str(tmp_path),
+    )
     trainer = Trainer(config, progress=False)
     saves = []
     save = trainer.training_client.save_weights_and_get_sampling_client
@@ -112,7 +154,9 @@ def test_grouped_envs_play_one_problem_per_group():
     envs = make_envs("game:GuessTheNumber-v0-easy", 8, seed=3, group_size=4)
     sampler = ScriptedSampler([11])  # out of range: every game runs to its 4th turn
     batch = asyncio.run(
-        collect_batch(sampler, envs, Prompting(TOKENIZER, TEMPLATE, max_tokens=8), min_transitions=64, seed=5, group_size=4)
+        collect_batch(
+            sampler, envs, Prompting(TOKENIZER, TEMPLATE, max_tokens=8), min_transitions=64, seed=5, group_size=4
+        )
     )
     assert [e.group for e in batch.episodes] == [(r, g) for r in range(2) for g in (0, 0, 0, 0, 1, 1, 1, 1)]
     assert len({env.unwrapped.game_number for env in envs[:4]}) == 1
@@ -132,7 +176,9 @@ def _episode(rewards, group):
 
 def test_grpo_gives_every_turn_its_episode_score_within_its_group():
     batch = RolloutBatch([_episode([0, 0, 1], "a"), _episode([0.5], "a"), _episode([0, 1], "b"), _episode([1], "b")])
-    _, advantages = prepare_transitions(batch, gamma=0.5, advantage="grpo", batch_size=100, rng=np.random.default_rng(0))
+    _, advantages = prepare_transitions(
+        batch, gamma=0.5, advantage="grpo", batch_size=100, rng=np.random.default_rng(0)
+    )
     # group a: totals 1 and 0.5 -> +-1/sqrt(2) (mean 0.75, sample std 0.3536); group b: equal -> 0
     assert advantages == pytest.approx([2**-0.5] * 3 + [-(2**-0.5)] + [0.0] * 3, abs=1e-6)
 
@@ -156,7 +202,9 @@ def test_ppo_style_step_makes_one_update_per_minibatch(tmp_path):
 
 
 def _tiny_run(tmp_path, folder, **fields):
-    config = make_config("laptop", **dict(TINY, max_steps=4), save_every=2, log_dir=str(tmp_path / folder), run_name="r-seed0", **fields)
+    config = make_config(
+        "laptop", **dict(TINY, max_steps=4), save_every=2, log_dir=str(tmp_path / folder), run_name="r-seed0", **fields
+    )
     return Run(config, eval_every=2, eval_games=2)
 
 
@@ -169,13 +217,22 @@ def test_runner_resumes_an_interrupted_run_and_skips_finished_ones(tmp_path):
     trainer.close()
     run_studies([run], progress=False)
     run_dir = tmp_path / "a" / "r-seed0"
-    assert sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".")) == ["config.json", "eval.jsonl", "metrics.jsonl"]
+    assert sorted(p.name for p in run_dir.iterdir() if not p.name.startswith(".")) == [
+        "config.json",
+        "eval.jsonl",
+        "metrics.jsonl",
+    ]
     rows = _rows(run_dir / "metrics.jsonl")
     assert [row["step"] for row in rows] == [0, 1, 2, 3]
     assert _untimed(rows) == _untimed(_rows(tmp_path / "b" / "r-seed0" / "metrics.jsonl"))
     # the fixed set is evaluated at steps 2 and 4, sampled and greedy, the same after the resume
     evaluations = read_evaluations(run_dir)
-    assert [(row["step"], row["mode"]) for row in evaluations] == [(2, "sampled"), (2, "greedy"), (4, "sampled"), (4, "greedy")]
+    assert [(row["step"], row["mode"]) for row in evaluations] == [
+        (2, "sampled"),
+        (2, "greedy"),
+        (4, "sampled"),
+        (4, "greedy"),
+    ]
     assert evaluations == read_evaluations(tmp_path / "b" / "r-seed0")
     before = (run_dir / "metrics.jsonl").stat().st_mtime_ns
     run_studies([run], progress=False)  # finished: nothing runs, nothing is rewritten
@@ -210,7 +267,9 @@ def test_worker_processes_give_the_same_runs_as_one_process(tmp_path):
     assert sorted(t.run for t in timings) == ["g0.5-seed0", "g1.0-seed0"] and all(t.cpu_s > 0 for t in timings)
     for run in runs:
         name = run.config.run_name
-        assert _untimed(_rows(tmp_path / "one" / name / "metrics.jsonl")) == _untimed(_rows(tmp_path / "two" / name / "metrics.jsonl"))
+        assert _untimed(_rows(tmp_path / "one" / name / "metrics.jsonl")) == _untimed(
+            _rows(tmp_path / "two" / name / "metrics.jsonl")
+        )
         assert read_evaluations(tmp_path / "one" / name) == read_evaluations(tmp_path / "two" / name)
 
 
@@ -218,9 +277,13 @@ def _fake_run(root, name, seed, successes, max_steps=None, evaluation=None):
     run = root / f"{name}-seed{seed}"
     run.mkdir(parents=True)
     (run / "config.json").write_text(json.dumps({"max_steps": max_steps or len(successes), "seed": seed}))
-    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "sampler/success_rate": s}) + "\n" for i, s in enumerate(successes)))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": i, "sampler/success_rate": s}) + "\n" for i, s in enumerate(successes))
+    )
     if evaluation is not None:
-        (run / "eval.jsonl").write_text(json.dumps({"step": len(successes), "mode": "sampled", "success": evaluation}) + "\n")
+        (run / "eval.jsonl").write_text(
+            json.dumps({"step": len(successes), "mode": "sampled", "success": evaluation}) + "\n"
+        )
 
 
 def test_outcome_and_contrast_tables_from_run_folders(tmp_path):
@@ -239,7 +302,8 @@ def test_outcome_and_contrast_tables_from_run_folders(tmp_path):
     assert row["seeds"] == 6 and row["difference"] == pytest.approx(0.075) and row["p"] == pytest.approx(2 / 64)
     assert row["p (Holm)"] == pytest.approx(2 / 64)  # the only contrast with both arms present
     assert row["verdict"] == "resolved: guess-rebn better"
-    same = contrast_table(root, "algorithms", source="train").loc["guess-rebn - guess-grpo: success"]  # both 0 in training
+    # both 0 in training
+    same = contrast_table(root, "algorithms", source="train").loc["guess-rebn - guess-grpo: success"]
     assert (same["difference"], same["p"], same["verdict"]) == (0.0, 1.0, "not resolved")
 
 
@@ -250,14 +314,21 @@ def test_the_smollm2_figure_draws_each_advantage_on_the_held_out_sums(tmp_path):
             _fake_run(root, f"smollm2-{method}", seed, [0.1] * 20)
             rows = [{"step": step, "mode": mode, "success": held_out * step / 20 + seed / 100 + (mode == "greedy") / 10}
                     for step in (10, 20) for mode in ("sampled", "greedy")]
-            (root / f"smollm2-{method}-seed{seed}" / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (root / f"smollm2-{method}-seed{seed}" / "eval.jsonl").write_text(
+                "".join(json.dumps(r) + "\n" for r in rows)
+            )
     figure = smollm2_figure(root)
     training, sampled, greedy = figure.axes[:3]
-    assert [t.get_text() for t in training.get_legend().get_texts()][:2] == ["GRPO (groups of 16, the preset) (n=3)", "REINFORCE (raw returns) (n=3)"]
+    assert [t.get_text() for t in training.get_legend().get_texts()][:2] == [
+        "GRPO (groups of 16, the preset) (n=3)",
+        "REINFORCE (raw returns) (n=3)",
+    ]
     for ax, shift in ((sampled, 0.0), (greedy, 0.1)):
         curves = {bars.get_label(): bars.lines[0] for bars in ax.containers}  # errorbar: a data line and its bars
         assert sorted(curves) == ["GRPO (groups of 16, the preset) (n=3)", "REINFORCE (raw returns) (n=3)"]
-        assert list(curves["GRPO (groups of 16, the preset) (n=3)"].get_ydata()) == pytest.approx([0.26 + shift, 0.51 + shift])  # means over seeds
+        assert list(curves["GRPO (groups of 16, the preset) (n=3)"].get_ydata()) == pytest.approx(
+            [0.26 + shift, 0.51 + shift]
+        )  # means over seeds
     assert outcome_table(root, source="eval-greedy").loc["smollm2-grpo", "success mean [95% CI]"].startswith("0.61 [")
 
 
@@ -276,7 +347,9 @@ def test_a_study_run_reruns_from_its_config_json_with_the_same_metrics(tmp_path)
     from gemlab.train import main
 
     rates = {f"guess-{m}": 2e-3 for m in ("reinforce", "rebn", "grpo", "ppo")}
-    run = study_runs("algorithms", tmp_path / "data", steps=2, seeds=[0], learning_rates=rates, environments=["guess"], eval_every=0)[2]
+    run = study_runs(
+        "algorithms", tmp_path / "data", steps=2, seeds=[0], learning_rates=rates, environments=["guess"], eval_every=0
+    )[2]
     config = chz.replace(run.config, batch_size=16, num_env=8)
     assert config.advantage == "grpo"  # grouped envs and per-episode advantages, the most state to replay
     run_studies([Run(config, eval_every=0)], progress=False)
@@ -301,9 +374,13 @@ def test_the_estimate_prices_a_step_by_its_recorded_cpu_seconds(tmp_path):
     assert estimate_seconds([run], [reference], jobs=2) == (20.0, [])
     newer = tmp_path / "newer"  # the most recent timing of the arm prices it, wherever it was recorded
     newer.mkdir()
-    (newer / "timings.jsonl").write_text(json.dumps({"run": "r-seed1", "steps": 4, "wall_s": 9.0, "cpu_s": 8.0, "time": 2.0}) + "\n")
+    (newer / "timings.jsonl").write_text(
+        json.dumps({"run": "r-seed1", "steps": 4, "wall_s": 9.0, "cpu_s": 8.0, "time": 2.0}) + "\n"
+    )
     assert estimate_seconds([run], [reference, newer]) == (8.0, [])
-    (newer / "timings.jsonl").write_text(json.dumps({"run": "r-lr0.004-seed100", "steps": 4, "wall_s": 9.0, "cpu_s": 12.0, "time": 3.0}) + "\n")
+    (newer / "timings.jsonl").write_text(
+        json.dumps({"run": "r-lr0.004-seed100", "steps": 4, "wall_s": 9.0, "cpu_s": 12.0, "time": 3.0}) + "\n"
+    )
     assert estimate_seconds([run], [newer]) == (12.0, [])  # a tuning run of the arm prices it too
 
 
@@ -312,7 +389,9 @@ def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, ca
     environment has no rates yet, so --estimate-only says so in a line and goes on (exit 0)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("reproduce_gem", Path(__file__).parents[2] / "research" / "experiments" / "reproduce_gem.py")
+    spec = importlib.util.spec_from_file_location(
+        "reproduce_gem", Path(__file__).parents[2] / "research" / "experiments" / "reproduce_gem.py"
+    )
     reproduce_gem = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reproduce_gem)
     for run in study_runs("tuning", tmp_path, environments=["products"], seeds=[100], steps=1):
@@ -321,6 +400,8 @@ def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, ca
         (folder / "config.json").write_text(json.dumps(chz.asdict(run.config)))
         (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "sampler/success_rate": 0.5}) + "\n")
         (folder / "eval.jsonl").write_text(json.dumps({"step": 1, "mode": "sampled", "success": 0.5}) + "\n")
-    code = reproduce_gem.main(["--study", "algorithms", "--env", "products", "--env", "sums", "--estimate-only", "--root", str(tmp_path)])
+    code = reproduce_gem.main(
+        ["--study", "algorithms", "--env", "products", "--env", "sums", "--estimate-only", "--root", str(tmp_path)]
+    )
     assert code == 0
     assert "algorithms: no estimate yet (no tuned learning rate for sums-reinforce" in capsys.readouterr().out

@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from gemlab.tiny import pretrain, registry
-from gemlab.tiny.model import CHAT_FORMAT_TOKENS, TOKENIZER_FILE, build_tiny_model, load_tiny_tokenizer, tokenizer_corpus
+from gemlab.tiny.model import (
+    CHAT_FORMAT_TOKENS,
+    TOKENIZER_FILE,
+    build_tiny_model,
+    load_tiny_tokenizer,
+    tokenizer_corpus,
+)
 
 HINT = re.compile(r"you guessed (\d+), and the target number is (higher|lower) than")
 
@@ -142,7 +148,10 @@ def test_chat_format_tokens_are_single_and_change_no_other_text():
     tokenizer = load_tiny_tokenizer(chat_markers=True)
     for token in CHAT_FORMAT_TOKENS:
         assert len(tokenizer.encode(token, add_special_tokens=False)) == 1, token
-    assert tokenizer.decode(tokenizer.encode("<think>\nhmm</think>\n\n5", add_special_tokens=False)) == "<think>\nhmm</think>\n\n5"
+    assert (
+        tokenizer.decode(tokenizer.encode("<think>\nhmm</think>\n\n5", add_special_tokens=False))
+        == "<think>\nhmm</think>\n\n5"
+    )
     trained = Tokenizer.from_file(str(TOKENIZER_FILE))
     for text in tokenizer_corpus()[::25]:
         assert tokenizer.encode(text, add_special_tokens=False) == trained.encode(text).ids

@@ -56,6 +56,6 @@ def test_each_folder_is_what_the_code_builds(name):
     tokenizer, reference = AutoTokenizer.from_pretrained(folder, local_files_only=True), registry.tokenizer(name)
     assert tokenizer.encode(TEXT) == reference.encode(TEXT)
     assert len(tokenizer) == len(reference) == stored.get_input_embeddings().weight.shape[0]
-    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == reference.apply_chat_template(
+    assert tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], tokenize=False
-    )
+    ) == reference.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)

@@ -9,7 +9,8 @@ they read and answer, ``registry.py`` what the server holds between requests, ``
 protobuf payloads, ``validate.py`` the checks every request passes before anything is allocated
 or queued for it, ``served.py`` the model names it serves, ``paths.py`` tinker:// paths, ``keys.py``
 the keys, ``gate.py`` the batching of a session's sampling requests, ``guard.py`` the key check, body
-limit, read timeout and each key's lane on the workers, ``units.py`` large requests as bounded units of work, ``memory.py`` memory handed back after them, ``errors.py``
+limit, read timeout and each key's lane on the workers, ``units.py`` large requests as bounded units of work,
+``memory.py`` memory handed back after them, ``errors.py``
 the error shape. See ``docs/workshop-server.md``.
 """
 

@@ -40,11 +40,14 @@ from tinker_emulator.workshop_server.registry import Quotas
 from tinker_emulator.workshop_server.state import Limits
 
 DEFAULT_DATA = Path.home() / ".cache" / "gemlab" / "tinker-server"
-SHUTDOWN_GRACE_S = 1  # seconds (uvicorn takes an int); after a stop, how long open requests (long polls included) may still run
+# seconds (uvicorn takes an int); after a stop, how long open requests (long polls included) may still run
+SHUTDOWN_GRACE_S = 1
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tinker_emulator.workshop_server", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tinker_emulator.workshop_server", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     parser.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="where keys and checkpoints live")
@@ -55,7 +58,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-body-mb", type=float, default=Limits.max_body / 2**20, help="largest request body")
     parser.add_argument("--max-queue", type=int, default=Limits.max_pending, help="requests queued before 'busy'")
     parser.add_argument(
-        "--max-train-tokens", type=int, default=Limits.max_train_tokens, help="tokens of one forward_backward's datums (400 beyond)"
+        "--max-train-tokens",
+        type=int,
+        default=Limits.max_train_tokens,
+        help="tokens of one forward_backward's datums (400 beyond)",
     )
     parser.add_argument(
         "--max-sample-tokens",
@@ -64,22 +70,42 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="num_samples x (prompt + max_tokens) of one sample request (400 beyond)",
     )
     parser.add_argument(
-        "--unit-tokens", type=int, default=Limits.unit_tokens, help="tokens of a forward_backward run as one turn of the training worker"
+        "--unit-tokens",
+        type=int,
+        default=Limits.unit_tokens,
+        help="tokens of a forward_backward run as one turn of the training worker",
     )
-    parser.add_argument("--max-header-kb", type=float, default=asgi_limits.MAX_HEAD / 1024, help="largest request head (431 beyond)")
+    parser.add_argument(
+        "--max-header-kb", type=float, default=asgi_limits.MAX_HEAD / 1024, help="largest request head (431 beyond)"
+    )
     quotas = parser.add_argument_group("per key (one attendee)")
-    quotas.add_argument("--models-per-key", type=int, default=Quotas.models, help="training runs open at once (403 beyond)")
     quotas.add_argument(
-        "--samplers-per-key", type=int, default=Quotas.samplers, help="samplers kept; beyond it the least recently used goes"
+        "--models-per-key", type=int, default=Quotas.models, help="training runs open at once (403 beyond)"
+    )
+    quotas.add_argument(
+        "--samplers-per-key",
+        type=int,
+        default=Quotas.samplers,
+        help="samplers kept; beyond it the least recently used goes",
     )
     quotas.add_argument("--queue-per-key", type=int, default=Quotas.queued, help="requests queued at once (429 beyond)")
-    quotas.add_argument("--results-per-key", type=int, default=Quotas.results, help="finished results not yet fetched (429 beyond)")
     quotas.add_argument(
-        "--held-mb-per-key", type=float, default=Quotas.held_bytes / 2**20, help="request MiB queued or awaiting fetch (429 beyond)"
+        "--results-per-key", type=int, default=Quotas.results, help="finished results not yet fetched (429 beyond)"
     )
-    quotas.add_argument("--result-ttl", type=float, default=Quotas.result_ttl_s, help="seconds an unfetched result is kept")
+    quotas.add_argument(
+        "--held-mb-per-key",
+        type=float,
+        default=Quotas.held_bytes / 2**20,
+        help="request MiB queued or awaiting fetch (429 beyond)",
+    )
+    quotas.add_argument(
+        "--result-ttl", type=float, default=Quotas.result_ttl_s, help="seconds an unfetched result is kept"
+    )
     parser.add_argument(
-        "--read-timeout", type=float, default=Limits.body_timeout_s, help="seconds a request head, and then its body, may take to arrive"
+        "--read-timeout",
+        type=float,
+        default=Limits.body_timeout_s,
+        help="seconds a request head, and then its body, may take to arrive",
     )
     return parser.parse_args(argv)
 
@@ -108,12 +134,21 @@ def serve(args: argparse.Namespace) -> None:
     from tinker_emulator.workshop_server.errors import error_body
     from tinker_emulator.workshop_server.keys import load_or_create
 
-    sizes: tuple[Any, ...] = (args.keys, args.max_tokens, args.max_queue, args.models_per_key, args.samplers_per_key, args.queue_per_key, args.results_per_key)
+    sizes: tuple[Any, ...] = (
+        args.keys,
+        args.max_tokens,
+        args.max_queue,
+        args.models_per_key,
+        args.samplers_per_key,
+        args.queue_per_key,
+        args.results_per_key,
+    )
     sizes = (*sizes, args.max_train_tokens, args.max_sample_tokens, args.unit_tokens)
     times = (args.max_body_mb, args.held_mb_per_key, args.result_ttl, args.read_timeout, args.max_header_kb)
     if min(sizes) < 1 or min(times) <= 0:
         sys.exit(
-            "--keys, --max-tokens, --max-queue, --models-per-key, --samplers-per-key, --queue-per-key, --results-per-key, "
+            "--keys, --max-tokens, --max-queue, --models-per-key, --samplers-per-key, --queue-per-key, "
+            "--results-per-key, "
             "--max-train-tokens, --max-sample-tokens, --unit-tokens, --max-body-mb, --held-mb-per-key, --result-ttl, "
             "--read-timeout and --max-header-kb must be positive"
         )
@@ -122,7 +157,10 @@ def serve(args: argparse.Namespace) -> None:
     except ValueError:
         loopback = args.host == "localhost"
     if not loopback:
-        print(f"warning: serving on {args.host}, reachable from other machines; anyone with a key can train here", file=sys.stderr)
+        print(
+            f"warning: serving on {args.host}, reachable from other machines; anyone with a key can train here",
+            file=sys.stderr,
+        )
     data_dir = args.data_dir.expanduser().absolute()
     os.umask(0o077)  # what the server writes (tenants, runs, checkpoints, metadata) is its own: 0700 / 0600
     try:
@@ -161,9 +199,13 @@ def serve(args: argparse.Namespace) -> None:
         print(f"export TINKER_API_KEY={key}", flush=True)
     logging.basicConfig(level=logging.WARNING)
     max_head = int(args.max_header_kb * 1024)
-    too_large = json.dumps(error_body(f"the request's head is over the server's limit of {max_head} bytes (its --max-header-kb)"))
+    too_large = json.dumps(
+        error_body(f"the request's head is over the server's limit of {max_head} bytes (its --max-header-kb)")
+    )
     limited = asgi_limits.uvicorn_options(args.read_timeout, max_head, too_large.encode())
-    config = uvicorn.Config(app, log_level="warning", timeout_keep_alive=75, timeout_graceful_shutdown=SHUTDOWN_GRACE_S, **limited)
+    config = uvicorn.Config(
+        app, log_level="warning", timeout_keep_alive=75, timeout_graceful_shutdown=SHUTDOWN_GRACE_S, **limited
+    )
     uvicorn.Server(config).run(sockets=[sock])
     stop_work()
 

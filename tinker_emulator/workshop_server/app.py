@@ -28,7 +28,9 @@ from tinker_emulator.workshop_server.state import Limits, Server
 SWEEP_S = 30.0  # how often expired sessions and old results are dropped
 
 
-def make_app(data_dir: Path, keys: list[str], limits: Limits | None = None, compress: bool = True, device: str | None = None) -> FastAPI:
+def make_app(
+    data_dir: Path, keys: list[str], limits: Limits | None = None, compress: bool = True, device: str | None = None
+) -> FastAPI:
     """The ASGI app: Tinker's routes behind the key and body-size guard, its state on ``app.state.server``.
     Saves that a stopped server left half done in ``data_dir`` are finished or removed first."""
     for tenant_root in sorted((data_dir / "tenants").glob("*")):

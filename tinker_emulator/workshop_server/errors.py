@@ -71,7 +71,11 @@ def status_and_message(exc: BaseException) -> tuple[int, str, str]:
         where = ".".join(str(part) for part in first.get("loc", ())) or "body"
         return 422, f"invalid request: {where}: {first.get('msg')}", "user"
     if isinstance(exc, ClientDisconnect):  # the body was cut off, or its chunked framing broken
-        return 400, "the request body did not arrive whole (the client left, or its chunked encoding is malformed)", "user"
+        return (
+            400,
+            "the request body did not arrive whole (the client left, or its chunked encoding is malformed)",
+            "user",
+        )
     if isinstance(exc, USER_ERRORS):
         return 400, without_paths(one_line(exc)), "user"
     return 500, f"internal error ({type(exc).__name__}); the server log has the details", "server"

@@ -9,7 +9,8 @@ local backend's workers goes in its key's lane (``futures.lane``), so keys take 
 middleware added with ``app.add_middleware``, headers read with Starlette's ``Headers``, refusals
 sent as a Starlette ``JSONResponse``, ``Content-Length`` checked before a byte is read); what both
 hold before any app code (head size and time, bounded decompression, JSON depth) is the leaf
-module ``tinker_emulator/asgi_limits.py``. The doors themselves stay apart: the two differ on purpose where their clients do: one tenant per key of
+module ``tinker_emulator/asgi_limits.py``. The doors themselves stay apart: the two differ on purpose where their
+clients do: one tenant per key of
 many (``X-API-Key``) here, one optional ``Bearer`` key, a ``Host`` check and a bound on requests
 in flight there (here the registry bounds queued work instead, answering 429 in Tinker's shape,
 because ``retrieve_future`` long-polls hold a request open by design); Tinker's error JSON here,

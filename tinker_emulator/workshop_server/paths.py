@@ -27,7 +27,9 @@ class CheckpointNotFound(LookupError):
 
 def split(tinker_path: Any) -> tuple[str, str, str]:
     """``(run_id, local kind, name)`` of a ``tinker://run/kind/name`` path; ``ValueError`` otherwise."""
-    parts = tinker_path[len(TINKER) :].split("/") if isinstance(tinker_path, str) and tinker_path.startswith(TINKER) else []
+    parts = (
+        tinker_path[len(TINKER) :].split("/") if isinstance(tinker_path, str) and tinker_path.startswith(TINKER) else []
+    )
     if len(parts) != 3 or parts[1] not in KINDS or not all(_SEGMENT.fullmatch(p) for p in (parts[0], parts[2])):
         raise ValueError(
             f"{brief(tinker_path)} is not a checkpoint path: expected tinker://<run_id>/<{'|'.join(KINDS)}>/<name>, "

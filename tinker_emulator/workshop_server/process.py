@@ -30,7 +30,16 @@ class ServerProcess:
         self.log = data_dir.parent / f"{data_dir.name}-server.log"
         self._out = self.log.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tinker_emulator.workshop_server", "--port", "0", "--data-dir", str(data_dir), *args],
+            [
+                sys.executable,
+                "-m",
+                "tinker_emulator.workshop_server",
+                "--port",
+                "0",
+                "--data-dir",
+                str(data_dir),
+                *args,
+            ],
             stdout=self._out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -51,7 +60,13 @@ class ServerProcess:
     def env(self, key: int = 0, **extra: str) -> dict[str, str]:
         """The environment of a client of this server (plain tinker; gemlab on the path only for
         the commands that are gemlab's)."""
-        env = {**os.environ, "TINKER_BASE_URL": self.url, "TINKER_API_KEY": self.keys[key], "HF_HUB_OFFLINE": "1", **extra}
+        env = {
+            **os.environ,
+            "TINKER_BASE_URL": self.url,
+            "TINKER_API_KEY": self.keys[key],
+            "HF_HUB_OFFLINE": "1",
+            **extra,
+        }
         env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
         env.pop("GEMLAB_LOCAL_MODEL", None)
         env.setdefault("GEMLAB_THREADS", "1")
@@ -80,7 +95,8 @@ def offline_server(*args: str) -> Iterator[tuple[ServerProcess, Path]]:
         workdir = Path(tmp)
         hf_home = workdir / "hf"
         subprocess.run([sys.executable, "-m", "tinker_emulator.workshop_server", "tokenizer", TINY], check=True,
-                       capture_output=True, env={**os.environ, "HF_HOME": str(hf_home), "PYTHONPATH": str(ROOT)})  # fmt: skip
+                       capture_output=True, env={**os.environ, "HF_HOME": str(hf_home),
+                       "PYTHONPATH": str(ROOT)})  # fmt: skip
         os.environ.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1")
         _hub_reads_environment_again(hf_home)
         os.chdir(workdir)

@@ -142,7 +142,10 @@ class Registry:
             root = self.data_dir / "tenants" / name
             root.mkdir(parents=True, exist_ok=True)
             self.tenants[name] = Tenant(
-                name, root, LocalServiceClient(device=self.device, root=root, stand_in=served.stand_in()), LocalRestClient(root=root)
+                name,
+                root,
+                LocalServiceClient(device=self.device, root=root, stand_in=served.stand_in()),
+                LocalRestClient(root=root),
             )
         return self.tenants[name]
 
@@ -165,7 +168,9 @@ class Registry:
         self._forget_closed()
 
     # ----- models and samplers -------------------------------------------------------------
-    def add_model(self, model_id: str, session: Session, base_model: str, client: Awaitable[LocalTrainingClient]) -> None:
+    def add_model(
+        self, model_id: str, session: Session, base_model: str, client: Awaitable[LocalTrainingClient]
+    ) -> None:
         if model_id in self.models:
             raise ValueError(f"model {model_id!r} already exists in this session")
         self.check_model_room(session)
@@ -215,7 +220,8 @@ class Registry:
         newest = self._newest()
         if all(self._in_use(s, newest) for s in mine):
             raise QuotaExceeded(
-                f"this API key has {len(mine)} samplers in use, at the server's limit of {self.quotas.samplers} per key "
+                f"this API key has {len(mine)} samplers in use, at the server's limit of "
+                f"{self.quotas.samplers} per key "
                 "(its --samplers-per-key); a sampler is in use while it is its session's newest or answers a request"
             )
 
@@ -300,7 +306,9 @@ class Registry:
             )
 
     def result(self, request_id: Any, tenant: str) -> Pending:
-        pending = (self.pending.get(request_id) or self.fetched.get(request_id)) if isinstance(request_id, str) else None
+        pending = (
+            (self.pending.get(request_id) or self.fetched.get(request_id)) if isinstance(request_id, str) else None
+        )
         if pending is None or pending.session.tenant.name != tenant:
             ttl = self.quotas.result_ttl_s
             raise NotFound(f"No request {request_id!r} for this API key (results are kept {ttl:.0f} s)")

@@ -37,7 +37,9 @@ def answer(value: Any) -> JSONResponse:
     return JSONResponse(paths.to_tinker(value))
 
 
-def queued(server: Server, session: Session, work: Awaitable[Any], encode: Callable[[Any], Any] = lambda r: r, **extra: Any) -> JSONResponse:
+def queued(
+    server: Server, session: Session, work: Awaitable[Any], encode: Callable[[Any], Any] = lambda r: r, **extra: Any
+) -> JSONResponse:
     """Hold ``work``'s result for ``retrieve_future`` (``encode`` makes its body); the request id, with ``extra``."""
     request_id = server.registry.submit(session, work, encode)
     return JSONResponse({"request_id": request_id, **extra})

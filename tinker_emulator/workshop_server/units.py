@@ -61,7 +61,9 @@ def combine(outputs: Sequence[types.ForwardBackwardOutput]) -> types.ForwardBack
     )
 
 
-def submit(units: Sequence[Sequence[types.Datum]], start: Callable[[list[types.Datum]], Future[Any]]) -> list[Future[Any]]:
+def submit(
+    units: Sequence[Sequence[types.Datum]], start: Callable[[list[types.Datum]], Future[Any]]
+) -> list[Future[Any]]:
     """``start(unit)`` for every unit, in order (each queues one job); if one cannot start, those
     already queued are cancelled and its error raised."""
     futures: list[Future[Any]] = []
@@ -75,7 +77,9 @@ def submit(units: Sequence[Sequence[types.Datum]], start: Callable[[list[types.D
     return futures
 
 
-async def gathered(futures: Sequence[Future[types.ForwardBackwardOutput]], large: bool = False) -> types.ForwardBackwardOutput:
+async def gathered(
+    futures: Sequence[Future[types.ForwardBackwardOutput]], large: bool = False
+) -> types.ForwardBackwardOutput:
     """The units' outputs combined, awaited in order. Cancelled (``cancel_future``), or failed in
     one unit: every unit not yet started is cancelled. After a ``large`` request, the memory it
     freed is handed back to the system (``memory.trim``), as a job of the training worker in this

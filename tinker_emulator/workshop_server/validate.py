@@ -102,11 +102,15 @@ def tensor(msg: pb.Tensor, where: str, rows: int, key: str = "") -> int:
     sparse = msg.WhichOneof("encoding") == "sparse_csr"
     shape = list(msg.shape) or ([] if sparse else [len(msg.dense) // itemsize])
     if not 1 <= len(shape) <= 2 or shape[0] != rows or min(shape) < 1:
-        raise ValueError(f"{where} has shape {shape}; its datum has {rows} tokens, so it must be [{rows}] or [{rows}, K]")
+        raise ValueError(
+            f"{where} has shape {shape}; its datum has {rows} tokens, so it must be [{rows}] or [{rows}, K]"
+        )
     elements = math.prod(shape)
     if not sparse:
         if len(msg.dense) != elements * itemsize:
-            raise ValueError(f"{where} declares shape {shape} ({elements} values) but carries {len(msg.dense) // itemsize}")
+            raise ValueError(
+                f"{where} declares shape {shape} ({elements} values) but carries {len(msg.dense) // itemsize}"
+            )
         return elements
     _csr(msg.sparse_csr, itemsize, shape, where)
     return elements

@@ -51,7 +51,10 @@ def read_forward_backward(body: bytes, encoding: str, limit: int) -> pb.ForwardB
 
 
 def decode_forward_backward(
-    body: bytes | pb.ForwardBackwardRequest, max_elements: int, model: validate.Model | None = None, max_tokens: int | None = None
+    body: bytes | pb.ForwardBackwardRequest,
+    max_elements: int,
+    model: validate.Model | None = None,
+    max_tokens: int | None = None,
 ) -> ForwardBackward:
     """The SDK's protobuf ``ForwardBackwardRequest`` as tinker types; ``ValueError`` on anything else.
     Before any tensor is built: each datum's token count against ``model``'s context and all of
@@ -81,7 +84,9 @@ def decode_forward_backward(
                 raise ValueError(f"data[{index}].model_input: tokens are int32, 4 bytes each")
             count += len(chunk.encoded_text.tokens) // 4
         if model is not None and count > model.context_length:
-            raise ValueError(f"data[{index}].model_input has {count} tokens; the model's context holds {model.context_length}")
+            raise ValueError(
+                f"data[{index}].model_input has {count} tokens; the model's context holds {model.context_length}"
+            )
         for name, tensor in datum.loss_fn_inputs.items():
             validate.name(name, f"data[{index}].loss_fn_inputs key")
             total += validate.tensor(tensor, f"data[{index}].loss_fn_inputs[{name!r}]", count, name)
@@ -92,10 +97,14 @@ def decode_forward_backward(
     for index, datum in enumerate(msg.data):
         arrays = [np.frombuffer(chunk.encoded_text.tokens, np.int32) for chunk in datum.model_input]
         if model is not None:
-            validate.tokens(np.concatenate(arrays) if arrays else np.zeros(0, np.int32), f"data[{index}].model_input", model)
+            validate.tokens(
+                np.concatenate(arrays) if arrays else np.zeros(0, np.int32), f"data[{index}].model_input", model
+            )
         inputs = {name: _tensor_data_from_proto(tensor) for name, tensor in datum.loss_fn_inputs.items()}
         if model is not None and "target_tokens" in inputs:
-            validate.vocabulary(inputs["target_tokens"].to_numpy().ravel(), f"data[{index}].loss_fn_inputs['target_tokens']", model)
+            validate.vocabulary(
+                inputs["target_tokens"].to_numpy().ravel(), f"data[{index}].loss_fn_inputs['target_tokens']", model
+            )
         chunks: list[types.ModelInputChunk] = [types.EncodedTextChunk(tokens=array.tolist()) for array in arrays]
         data.append(types.Datum(model_input=types.ModelInput(chunks=chunks), loss_fn_inputs=inputs))
     return ForwardBackward(
@@ -113,7 +122,9 @@ def _batched(tensor: types.TensorData) -> pb.BatchedTensor:
     array = np.asarray(tensor.data, dtype=np_dtype)
     shape = list(tensor.shape) if tensor.shape else [array.size]
     offsets = np.asarray([0, array.nbytes], dtype=np.int64)
-    return pb.BatchedTensor(data=array.tobytes(), offsets=offsets.tobytes(), dtype=proto_dtype, trailing_shape=shape[1:])
+    return pb.BatchedTensor(
+        data=array.tobytes(), offsets=offsets.tobytes(), dtype=proto_dtype, trailing_shape=shape[1:]
+    )
 
 
 def encode_forward_backward_output(output: types.ForwardBackwardOutput) -> bytes:
@@ -142,7 +153,10 @@ def encode_sample_response(response: types.SampleResponse) -> bytes:
             length, k = top.token_ids.shape
             item.topk_sampled_logprobs.CopyFrom(
                 pb.TopkLogprobs(
-                    token_ids=top.token_ids.astype(np.int32).tobytes(), logprobs=top.logprobs.astype(np.float32).tobytes(), k=k, length=length
+                    token_ids=top.token_ids.astype(np.int32).tobytes(),
+                    logprobs=top.logprobs.astype(np.float32).tobytes(),
+                    k=k,
+                    length=length,
                 )
             )
     if response.prompt_logprobs is not None:

@@ -24,7 +24,12 @@ def run_id_of(registry: Registry, run_id: str, tenant: str) -> str:
     """A training run id, or the run of a model id this key owns (its local client's ``model_id``,
     which is the run id, as on Tinker)."""
     model = registry.models.get(run_id)
-    if model is not None and model.session.tenant.name == tenant and model.client.done() and not model.client.exception():
+    if (
+        model is not None
+        and model.session.tenant.name == tenant
+        and model.client.done()
+        and not model.client.exception()
+    ):
         return model.client.result().model_id
     return run_id
 

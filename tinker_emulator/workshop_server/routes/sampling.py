@@ -35,11 +35,14 @@ def check_request(body: types.SampleRequest, limits: Limits) -> None:
     if not 1 <= body.num_samples <= limits.max_samples:
         raise ValueError(f"num_samples must be between 1 and {limits.max_samples}, got {body.num_samples}")
     work = body.num_samples * (body.prompt.length + max_tokens)
-    validate.request_tokens(work, limits.max_sample_tokens, "sample (num_samples x (prompt + max_tokens))", "--max-sample-tokens")
+    validate.request_tokens(
+        work, limits.max_sample_tokens, "sample (num_samples x (prompt + max_tokens))", "--max-sample-tokens"
+    )
 
 
 def sampler_of(body: types.SampleRequest, registry: Registry, tenant: str) -> tuple[Sampler, Session]:
-    """The sampler ``body`` names (a sampling session, saved weights or a base model) and the session it is accounted to."""
+    """The sampler ``body`` names (a sampling session, saved weights or a base model) and the session it is accounted
+    to."""
     if body.sampling_session_id is not None:
         sampler = registry.sampler(body.sampling_session_id, tenant)
         return sampler, sampler.session or any_session(registry, tenant)
@@ -100,7 +103,9 @@ async def create_sampling_session(request: Request, server: ServerDep, tenant: T
 @router.get("/samplers/{sampler_id}")
 async def get_sampler(sampler_id: str, server: ServerDep, tenant: TenantDep) -> JSONResponse:
     sampler = server.registry.sampler(sampler_id, tenant)
-    return answer(types.GetSamplerResponse(sampler_id=sampler.id, base_model=sampler.base_model, model_path=sampler.model_path))
+    return answer(
+        types.GetSamplerResponse(sampler_id=sampler.id, base_model=sampler.base_model, model_path=sampler.model_path)
+    )
 
 
 @router.post("/asample")
@@ -112,6 +117,8 @@ async def asample(request: Request, server: ServerDep, tenant: TenantDep) -> JSO
     session.last_seen = time.monotonic()
     request_id = server.registry.submit(session, sample(server, session, sampler, body), wire.encode_sample_response)
     sampler.sampling += 1  # in use, never dropped, until answered
-    server.registry.pending[request_id].task.add_done_callback(lambda _: setattr(sampler, "sampling", sampler.sampling - 1))
+    server.registry.pending[request_id].task.add_done_callback(
+        lambda _: setattr(sampler, "sampling", sampler.sampling - 1)
+    )
     ids = [f"{request_id}:{j}" for j in range(body.num_samples)]
     return JSONResponse({"request_id": request_id, "sample_sequence_ids": ids})

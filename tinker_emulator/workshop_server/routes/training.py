@@ -22,7 +22,9 @@ from tinker_emulator.workshop_server.state import Server, ServerDep, TenantDep
 router = APIRouter(prefix="/api/v1")
 
 
-def start_run(server: Server, session: Session, seq_id: int, base_model: str, client: Any) -> tuple[str, asyncio.Future[Any]]:
+def start_run(
+    server: Server, session: Session, seq_id: int, base_model: str, client: Any
+) -> tuple[str, asyncio.Future[Any]]:
     """Register training run ``seq_id`` of ``session`` while ``client`` (a local backend future of
     its training client) is built; its model id and the future of its client on this loop."""
     model_id = f"{session.id}:train:{seq_id}"
@@ -52,7 +54,9 @@ async def create_model(request: Request, server: ServerDep, tenant: TenantDep) -
         optimizer=body.optimizer_config,
     )
     model_id, created = start_run(server, session, body.model_seq_id, body.base_model, client)
-    return queued(server, session, then(created, lambda _: types.CreateModelResponse(model_id=model_id)), model_id=model_id)
+    return queued(
+        server, session, then(created, lambda _: types.CreateModelResponse(model_id=model_id)), model_id=model_id
+    )
 
 
 @router.post("/get_info")
@@ -74,7 +78,9 @@ async def forward_backward(request: Request, server: ServerDep, tenant: TenantDe
     try:
         msg = await asyncio.to_thread(wire.read_forward_backward, raw, encoding, limits.max_body)
         model, client = server.registry.model(msg.model_id, tenant)
-        body = await asyncio.to_thread(wire.decode_forward_backward, msg, limits.max_body // 4, client, limits.max_train_tokens)
+        body = await asyncio.to_thread(
+            wire.decode_forward_backward, msg, limits.max_body // 4, client, limits.max_train_tokens
+        )
     except Exception:
         del raw
         await asyncio.to_thread(memory.trim)  # a refused body may have been large once decompressed
@@ -85,7 +91,9 @@ async def forward_backward(request: Request, server: ServerDep, tenant: TenantDe
     run = client.forward if body.forward_only else client.forward_backward
     config = validate.finite_config(body.loss_fn_config)
     pieces = units.split(body.data, limits.unit_tokens)
-    started = await asyncio.to_thread(units.submit, pieces, lambda unit: run(unit, cast(types.LossFnType, body.loss_fn), config).future())
+    started = await asyncio.to_thread(
+        units.submit, pieces, lambda unit: run(unit, cast(types.LossFnType, body.loss_fn), config).future()
+    )
     large = sum(datum.model_input.length for datum in body.data) >= memory.LARGE_TOKENS
     return queued(server, model.session, units.gathered(started, large), wire.encode_forward_backward_output)
 
@@ -144,11 +152,17 @@ async def load_weights(request: Request, server: ServerDep, tenant: TenantDep) -
     server.registry.check_model_room(session)
     folder = str(paths.folder(body.path, session.tenant.root))
     service = session.tenant.service
-    make = service.create_training_client_from_state_with_optimizer if body.optimizer else service.create_training_client_from_state
+    make = (
+        service.create_training_client_from_state_with_optimizer
+        if body.optimizer
+        else service.create_training_client_from_state
+    )
     loading = make(folder, base_model=body.base_model, user_metadata=_metadata(body.user_metadata))
     base_model = body.base_model or paths.base_model_of(folder)
     model_id, created = start_run(server, session, body.model_seq_id, base_model, loading)
-    return queued(server, session, then(created, lambda _: types.LoadWeightsResponse(path=body.path, model_id=model_id)))
+    return queued(
+        server, session, then(created, lambda _: types.LoadWeightsResponse(path=body.path, model_id=model_id))
+    )
 
 
 @router.post("/save_weights_for_sampler")
