@@ -40,8 +40,8 @@ import torch
 
 from gemlab.config import config_from_argv
 from gemlab.doctor import device_name
-from tinker_emulator.models import DEVICE_ENV, SMOLLM2, choose_device, load_tokenizer, model_source
 from gemlab.trainer import Trainer
+from tinker_emulator.models import DEVICE_ENV, SMOLLM2, choose_device, load_tokenizer, model_source
 
 QWEN3_NAME = "gemlab-bench/Qwen3-random"
 SHAPE_NAME = "gemlab-bench/SmolLM2-random"

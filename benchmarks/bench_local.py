@@ -72,13 +72,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 from tinker import types
+from torch.utils.flop_counter import FlopCounterMode
 
 from gemlab.datums import policy_gradient_datum
-from tinker_emulator import SMOLLM2, TINY, LocalServiceClient
+from tinker_emulator import SMOLLM2, TINY, LocalServiceClient, models
 from tinker_emulator.futures import ROLES, get_worker
-from tinker_emulator import models
 from tinker_emulator.models import build_model, load_tokenizer, model_source
 from tinker_emulator.precision import DTYPE_ENV, matmul_rate
 from tinker_emulator.turn_cache import BUDGET_ENV

@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 import resource
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 #: The address space (``ulimit -v``) that loading PyTorch, GEM and the local backend needs, in GB: below
 #: about 1.25 GB the import died (issue 55); on this project's 2-core EPYC it passed at 0.8-1.1 GB or

@@ -13,8 +13,9 @@ import re
 import types as pytypes
 import typing
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import chz
 import numpy as np

@@ -18,8 +18,9 @@ own datum, exactly as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 from tinker import types

@@ -22,8 +22,9 @@ import functools
 import inspect
 import itertools
 import numbers
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Sequence, TypeVar, Union
+from typing import Any, TypeVar
 
 from tinker import types
 
@@ -197,7 +198,7 @@ class Action:
     stop_reason: str = ""
 
 
-Policy = Callable[[str], Union[str, Action, Awaitable[Union[str, Action]]]]
+Policy = Callable[[str], str | Action | Awaitable[str | Action]]
 T = TypeVar("T")
 
 

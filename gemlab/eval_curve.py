@@ -12,8 +12,9 @@ under ``eval/base_*`` and ``eval/warmup_*``, so every row is still one step.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 

@@ -6,7 +6,8 @@ sample-vs-train KL estimates cover the transitions actually trained on.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -6,13 +6,14 @@ so a notebook can restyle them and a script can save them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypeAlias
+from typing import Any, TypeAlias
 
 import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from gemlab.config import CONFIG_FILE
 from gemlab.eval_curve import Point, eval_points, eval_set_name

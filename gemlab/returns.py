@@ -13,8 +13,8 @@ training step calls. A new estimator is one function and one entry here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Hashable, NamedTuple, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 

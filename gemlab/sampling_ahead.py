@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gemlab.episodes import RolloutBatch
 from gemlab.config import STALE_BATCHES
+from gemlab.episodes import RolloutBatch
 from gemlab.step import Players, play_batch, stamp_version
 
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 
 class Tokenizer(Protocol):

@@ -33,8 +33,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, TypeVar
 
 import chz
 from tqdm import tqdm

@@ -39,8 +39,8 @@ import asyncio
 import random
 import re
 import sys
-from collections.abc import Awaitable
-from typing import Any, Sequence, cast
+from collections.abc import Awaitable, Sequence
+from typing import Any, cast
 
 from tinker import types
 from tqdm import tqdm

@@ -7,11 +7,11 @@ import io
 import random
 import statistics
 
-from gemlab.envs import make_envs
 from gemlab import Prompting, Trainer, make_config
+from gemlab.envs import make_envs
 from gemlab.evaluate import evaluate_async, evaluate_client, evaluate_trainer, random_play, reset_seeds
-from tinker_emulator import TINY, LocalServiceClient
 from gemlab.templates import get_template
+from tinker_emulator import TINY, LocalServiceClient
 
 ENV = "game:GuessTheNumber-v0-easy"
 

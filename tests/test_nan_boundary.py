@@ -12,8 +12,8 @@ from tinker import types
 
 from gemlab import Trainer, make_config
 from gemlab.datums import policy_gradient_datum
-from tinker_emulator import TINY, LocalServiceClient
 from gemlab.trainer import TrainingDiverged
+from tinker_emulator import TINY, LocalServiceClient
 
 PROMPT, ACTION = [1, 2, 3, 4], [5, 6]
 

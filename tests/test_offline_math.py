@@ -15,8 +15,8 @@ from gem.wrappers.wrapper_factory import get_wrapper_fns
 from gemlab import offline_math
 from gemlab.env_ids import OFFLINE_MATH
 from gemlab.envs import check_env_id, make_envs
-from tinker_emulator.models import load_tokenizer
 from gemlab.offline_math import WordProblemMathEnv, word_problems
+from tinker_emulator.models import load_tokenizer
 
 TOOL_WRAPPERS = "python_tool_no_int_reward_last_line_error,concat_chat"  # GEM's README, math with a python tool
 

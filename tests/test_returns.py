@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from gemlab.episodes import Episode, Transition
 from gemlab.config import make_config
+from gemlab.episodes import Episode, Transition
 from gemlab.returns import (
     ADVANTAGES,
     Estimator,

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from gemlab import Trainer, make_config
-from tinker_emulator.checkpoints import STAGING_PREFIX
 from gemlab.run_folder import RECORDS_DIR, RunFolder, export_run
 from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, RunFolderError, read_run
+from tinker_emulator.checkpoints import STAGING_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "GEMLAB_THREADS": "1", "PYTHONPATH": str(ROOT), "TINKER_API_KEY": ""}

@@ -10,16 +10,15 @@ import numpy as np
 import pytest
 
 from gemlab import Trainer, make_config
-from gemlab.sampling_ahead import AsyncRollouts
-from gemlab.step import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
-from tinker_emulator import LocalServiceClient
-from gemlab.metrics import policy_metrics, rollout_metrics
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
-from gemlab.templates import get_template
+from gemlab.metrics import policy_metrics, rollout_metrics
+from gemlab.sampling_ahead import AsyncRollouts
 from gemlab.seeds import derive_seed
-from gemlab.step import prepare_transitions
+from gemlab.step import adam_params, prepare_transitions
+from gemlab.templates import get_template
+from tinker_emulator import LocalServiceClient
 
 SMALL = dict(batch_size=16, num_env=4, max_tokens=8, save_every=-1)
 

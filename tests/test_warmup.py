@@ -9,9 +9,9 @@ import pytest
 
 from gemlab import Trainer, make_config
 from gemlab.envs import make_envs
-from tinker_emulator.models import load_tokenizer
 from gemlab.templates import get_template
 from gemlab.warmup import boxed_last_integer, first_code_block, own_examples, scripted_examples
+from tinker_emulator.models import load_tokenizer
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,11 @@ or removes (anything else). A full disk is reported as ``DiskFull`` (``OSError``
 from __future__ import annotations
 
 import errno
+import itertools
 import json
+import logging
 import os
 import re
-import itertools
-import logging
 import shutil
 import uuid
 from dataclasses import dataclass

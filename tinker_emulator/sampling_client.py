@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 import torch
 from tinker import SamplingClient, types
-from tinker.types.topk_logprobs import TopkLogprobs
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
+from tinker.types.topk_logprobs import TopkLogprobs
 
 from tinker_emulator import lora
-from tinker_emulator.models import LoadedModel
 from tinker_emulator.errors import unavailable
 from tinker_emulator.generation import MAX_ROWS, Request, Row, RowResult, SampleBatcher, generate
+from tinker_emulator.models import LoadedModel
 from tinker_emulator.scoring import scored_batches
 from tinker_emulator.turn_cache import Memory, budget_bytes
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tinker_emulator.prefill import worth_sharing
 from tinker_emulator import kv_cache
+from tinker_emulator.prefill import worth_sharing
 from tinker_emulator.prefix_scoring import Cluster, SharedPrefixes, head_logprobs, sharing_plan, target_logprobs
 
 # Logits of one micro-batch stay under about this many floats (64 MB in float32; a pass holds a few

@@ -21,9 +21,9 @@ from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurre
 from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
 
 from tinker_emulator import checkpoints, lora
+from tinker_emulator.errors import unavailable
 from tinker_emulator.futures import SAMPLING, ClientFuture, client_future, completed, run_in_order
 from tinker_emulator.models import choose_device, load_model, resolve_model_name, server_capabilities
-from tinker_emulator.errors import unavailable
 from tinker_emulator.rest_client import LocalRestClient
 from tinker_emulator.sampling_client import LocalSamplingClient
 from tinker_emulator.training_client import LocalTrainingClient, check_compatible, sampler_from_checkpoint

@@ -26,8 +26,8 @@ from typing import Any
 
 from gemlab.config import Config
 from gemlab.episodes import Episode, RolloutBatch, Transition
-from gemlab.sampling_ahead import AsyncRollouts
 from gemlab.openai_endpoint.completions import SamplerSlot
+from gemlab.sampling_ahead import AsyncRollouts
 from gemlab.step import stamp_version, train_step
 
 MASKED = -100  # atroposlib's mask value for tokens the model did not write

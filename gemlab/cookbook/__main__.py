@@ -15,6 +15,7 @@ from typing import Any
 
 import chz
 from chz.blueprint import EntrypointHelpException
+
 # the base of chz's argv errors; chz exports only the help one
 from chz.blueprint._entrypoint import EntrypointException
 from tinker.types import LossFnType
@@ -27,7 +28,8 @@ try:
 except ModuleNotFoundError as missing:  # no cookbook: the adapter's one line says how to install it
     sys.exit(str(missing))
 from tinker_cookbook import checkpoint_utils, cli_utils  # noqa: E402
-from tinker_cookbook.rl.train import Config, main as train  # noqa: E402
+from tinker_cookbook.rl.train import Config  # noqa: E402
+from tinker_cookbook.rl.train import main as train
 
 RECIPE_NAME = "gemlab_cookbook_gem"  # the cookbook attaches it to the run as user_metadata
 

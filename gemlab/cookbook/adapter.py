@@ -43,7 +43,16 @@ except ModuleNotFoundError as missing:
     ) from None
 from tinker_cookbook.completers import StopCondition  # noqa: E402
 from tinker_cookbook.renderers import Message, Renderer, get_renderer, get_text_content  # noqa: E402
-from tinker_cookbook.rl.types import Action, ActionExtra, Env, EnvGroupBuilder, Observation, RLDataset, RLDatasetBuilder, StepResult  # noqa: E402
+from tinker_cookbook.rl.types import (  # noqa: E402
+    Action,
+    ActionExtra,
+    Env,
+    EnvGroupBuilder,
+    Observation,
+    RLDataset,
+    RLDatasetBuilder,
+    StepResult,
+)
 from tinker_cookbook.tokenizer_utils import get_tokenizer  # noqa: E402
 
 from gemlab.envs import check_env_id, make_envs, wrapper_names  # noqa: E402

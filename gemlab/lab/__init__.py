@@ -7,7 +7,7 @@
 - ``hyperparameter_lab``: ``HyperparameterLab``, the widget that puts them together (notebook 07).
 """
 
-from gemlab.lab.hyperparameter_lab import HyperparameterLab
 from gemlab.lab.controls import COMPARISONS, Controls
+from gemlab.lab.hyperparameter_lab import HyperparameterLab
 
 __all__ = ["COMPARISONS", "Controls", "HyperparameterLab"]

@@ -8,7 +8,7 @@ between steps (display updates from other threads are unreliable in ipykernel 7)
 from __future__ import annotations
 
 import statistics
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from gemlab.trainer import Trainer
 

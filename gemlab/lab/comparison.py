@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure

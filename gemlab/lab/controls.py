@@ -12,7 +12,7 @@ from typing import Any
 import chz
 import ipywidgets as widgets
 
-from gemlab.config import Config, POLICY_LOSSES
+from gemlab.config import POLICY_LOSSES, Config
 from gemlab.envs import check_env_id, known_env_ids, wrapper_names
 from gemlab.returns import ADVANTAGES
 

@@ -20,15 +20,15 @@ import pandas as pd
 
 from gemlab.backend import get_service_client, resolve_backend
 from gemlab.config import Config
+from gemlab.episodes import Episode
 from gemlab.lab.background import eta_seconds, format_seconds, train_until
 from gemlab.lab.comparison import comparison_figure, figure_png, find_runs, live_figure, runs_table
 from gemlab.lab.controls import COMPARISONS, Controls
 from gemlab.lab.watch import play_saved_policy
-from gemlab.episodes import Episode
-from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
-from gemlab.trainer import Trainer, TrainingDiverged
 from gemlab.notebook.episode_views import episode_html
 from gemlab.notebook.redraw import RedrawBudget
+from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, SavedRun, read_run
+from gemlab.trainer import Trainer, TrainingDiverged
 
 LIVE_PANELS = (
     ("sampler/success_rate",),

@@ -8,10 +8,10 @@ import chz
 
 from gemlab.config import Config
 from gemlab.envs import make_envs
-from tinker_emulator.checkpoints import SCHEME, WEIGHTS_FILE, folder_of
 from gemlab.episodes import Episode, Prompting, collect_episode
 from gemlab.saved_runs import LOCAL_CHECKPOINTS_DIR, SavedRun
 from gemlab.templates import get_template
+from tinker_emulator.checkpoints import SCHEME, WEIGHTS_FILE, folder_of
 
 
 def run_config(run: SavedRun) -> Config:

@@ -26,10 +26,10 @@ import numpy as np
 
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
+from gemlab.episodes import Episode, play_episode_now
 from gemlab.notebook import solutions
 from gemlab.plots import smooth
 from gemlab.returns import discounted_returns, rebn
-from gemlab.episodes import Episode, play_episode_now
 from gemlab.templates import get_template
 
 TOLERANCE = 1e-6

@@ -19,10 +19,10 @@ from gemlab.backend import get_service_client
 from gemlab.config import BACKENDS
 from gemlab.memory import is_out_of_memory, out_of_memory
 from gemlab.openai_endpoint import Recorder, create_app
-from tinker_emulator import asgi_limits
 from gemlab.openai_endpoint.errors import head_too_large
 from gemlab.openai_endpoint.guard import Limits, allowed_hosts_for, is_loopback
 from gemlab.openai_endpoint.server_thread import HEAD_TIMEOUT_S
+from tinker_emulator import asgi_limits
 
 KEY_VARIABLE = "GEMLAB_SERVE_API_KEY"
 

@@ -18,8 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from tinker_emulator import asgi_limits
 from gemlab.openai_endpoint.schemas import OpenAIError
+from tinker_emulator import asgi_limits
 
 log = logging.getLogger("gemlab.openai_endpoint")
 

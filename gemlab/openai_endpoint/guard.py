@@ -31,9 +31,9 @@ from typing import Any
 
 from starlette.datastructures import Headers
 
-from tinker_emulator import asgi_limits
 from gemlab.openai_endpoint.errors import error_response
 from gemlab.openai_endpoint.schemas import OpenAIError
+from tinker_emulator import asgi_limits
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 OPEN_PATHS = ("/health",)

@@ -11,9 +11,9 @@ from typing import Any
 
 import uvicorn
 
-from tinker_emulator import asgi_limits
 from gemlab.openai_endpoint.errors import head_too_large
 from gemlab.openai_endpoint.guard import is_loopback
+from tinker_emulator import asgi_limits
 
 HEAD_TIMEOUT_S = 60.0  # a request's head must arrive within this long, else the connection is closed
 

@@ -10,9 +10,9 @@ gradient of ``importance_sampling``: so one synchronous run serves as the refere
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd

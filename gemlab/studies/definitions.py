@@ -29,9 +29,10 @@ Every run is an ordinary run folder under ``<root>/<study>/<run>/``; ``runner.py
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from gemlab.config import Config, make_config
 from gemlab.env_ids import GUESS_20, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT

@@ -10,8 +10,9 @@ mean of the last ``WINDOW`` training steps' metrics; what runs without evaluatio
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def _check(n: int, max_turns: int) -> None:
         raise ValueError(f"n and max_turns must be positive integers, got n={n}, max_turns={max_turns}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _binary(n: int, turns_left: int) -> tuple[Fraction, Fraction, Fraction]:
     """Sums over the ``n`` equally likely targets: turns used, games won, turns used in won games."""
     if n == 0:
@@ -48,7 +48,7 @@ def _binary(n: int, turns_left: int) -> tuple[Fraction, Fraction, Fraction]:
     return turns, wins, won_turns
 
 
-@lru_cache(maxsize=None)
+@cache
 def _random(n: int, turns_left: int) -> tuple[Fraction, Fraction, Fraction]:
     """Expectations for a target uniform on ``n`` numbers: turns, win probability, and
     E[turns * 1{won}] (so turns per won game is the last over the second)."""

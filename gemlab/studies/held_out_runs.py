@@ -9,8 +9,9 @@ every ``eval_every`` steps) plus ``eval.json``: the held-out evaluations the ben
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

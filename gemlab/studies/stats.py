@@ -20,9 +20,8 @@ small pilots can only say "not resolved"; the power estimate says what would res
 from __future__ import annotations
 
 import math
-
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats

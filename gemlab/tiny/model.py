@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file

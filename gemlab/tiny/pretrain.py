@@ -28,15 +28,16 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence, cast
+from typing import Any, cast
 
 import torch
 from tqdm import tqdm
 
+from gemlab.env_variants import ANSWERS
 from gemlab.envs import make_envs
 from gemlab.episodes import end_of_turn_ids, play_episode_now
-from gemlab.env_variants import ANSWERS
 from gemlab.templates import get_template
 from gemlab.tiny import registry
 from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer

@@ -106,7 +106,7 @@ def in_child(
             file.write("0")
     os.setsid()
     stdin = os.open(os.devnull, os.O_RDONLY)
-    for fd, target in ((stdin, 0), *zip(outputs, (1, 2))):
+    for fd, target in ((stdin, 0), *zip(outputs, (1, 2), strict=True)):
         os.dup2(fd, target)
     cpu = CONFIG["timeout"] + 1
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -171,7 +171,7 @@ def relay(pid: int, fds: tuple, watch_orphans: bool) -> str:
     """Copy the child's stdout/stderr to ours until both close, the timeout, or the cap; returns the
     line that says why it stopped early ('' when it did not)."""
     poller = select.poll()
-    streams = dict(zip(fds, (1, 2)))
+    streams = dict(zip(fds, (1, 2), strict=True))
     decoders = {fd: codecs.getincrementaldecoder("utf-8")(errors="replace") for fd in fds}
     sent = dict.fromkeys(fds, 0)
     for fd in fds:

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from gemlab.atropos.loop import train
 from gemlab.config import make_config
 from gemlab.doctor import cpu_name
+from gemlab.openai_endpoint import BackgroundServer, SamplerSlot, create_app
+from gemlab.studies.stats import paired_contrast
 from tinker_emulator import TINY_CHAT, LocalServiceClient
 from tinker_emulator.models import model_source
-from gemlab.openai_endpoint import BackgroundServer, SamplerSlot, create_app
-from gemlab.atropos.loop import train
-from gemlab.studies.stats import paired_contrast
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "atropos_guess_env.py"
 WINDOW = 10

@@ -29,9 +29,9 @@ import gemlab.envs  # noqa: F401  (registers the held-out splits)
 from gemlab.doctor import cpu_name
 from gemlab.env_ids import DIFFS_TEST, SUMS_TEST, TIMES_TEST
 from gemlab.env_variants import HELD_OUT
-from tinker_emulator.models import SMOLLM2, build_model, load_tokenizer
 from gemlab.templates import get_template
 from gemlab.warmup import INTEGER
+from tinker_emulator.models import SMOLLM2, build_model, load_tokenizer
 
 EXPRESSION = re.compile(r"Calculate (.+)\.")
 BEGINNINGS = {  # how the reply begins, given the question's expression

@@ -36,8 +36,8 @@ import numpy as np
 
 from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name, device_name
-from gemlab.eval_curve import eval_metrics
 from gemlab.envs import make_envs
+from gemlab.eval_curve import eval_metrics
 from gemlab.evaluate import EVAL_SEED, EvalResult, evaluate_trainer, random_play, reset_seeds
 from gemlab.run_folder import export_run
 from gemlab.saved_runs import read_run

@@ -3,13 +3,12 @@ it is malformed or oversized, versioned by the endpoint that sampled it, dropped
 
 from __future__ import annotations
 
+import chz
 import pytest
 
-import chz
-
 from gemlab.atropos.config import AtroposConfig, config_from_argv
-from gemlab.config import Config, TrainingConfig
 from gemlab.atropos.groups import Refused, VersionBook, check_group, convert
+from gemlab.config import Config, TrainingConfig
 from gemlab.openai_endpoint.completions import Choice, Generation
 
 LIMITS = {"max_sequences": 8, "max_token_len": 16, "vocab_size": 100}

@@ -17,12 +17,13 @@ import asyncio
 import os
 import signal
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-import tinker_emulator.checkpoints
 import gemlab.run_folder
 import gemlab.saved_runs
 import gemlab.trainer
+import tinker_emulator.checkpoints
 
 
 class FaultySampler:

@@ -15,8 +15,8 @@ from gemlab.config import Config, make_config
 from gemlab.lab import HyperparameterLab
 from gemlab.lab.background import eta_seconds
 from gemlab.lab.comparison import comparison_figure, find_runs, run_labels, runs_table, wall_seconds
-from gemlab.saved_runs import read_run
 from gemlab.lab.controls import Controls
+from gemlab.saved_runs import read_run
 
 DATA_RUNS = Path(__file__).resolve().parents[2] / "data" / "runs"
 SMALL = dict(batch_size=8, num_env=4, max_steps=2)

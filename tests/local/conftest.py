@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tinker_emulator import TINY, LocalServiceClient
-from tinker_emulator.models import load_tokenizer
 from tests.helpers.cookbook import installed_cookbook
 from tests.helpers.local import CHAT
+from tinker_emulator import TINY, LocalServiceClient
+from tinker_emulator.models import load_tokenizer
 
 
 @pytest.fixture(scope="session")

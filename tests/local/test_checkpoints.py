@@ -17,9 +17,9 @@ import pytest
 import torch
 from tinker import types
 
-from tinker_emulator import TINY, LocalRestClient, LocalServiceClient, checkpoints
 from gemlab.tiny import registry
 from tests.helpers.local import nudge, rl_datum, sft_datum, weights
+from tinker_emulator import TINY, LocalRestClient, LocalServiceClient, checkpoints
 
 ADAM = types.AdamParams(learning_rate=1e-2, weight_decay=0.01, grad_clip_norm=1.0)
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from tinker import types
 
+from tests.helpers.local import rl_datum, sft_datum
 from tinker_emulator import TINY, TINY_CHAT, LocalServiceClient
 from tinker_emulator.models import load_tokenizer
-from tests.helpers.local import rl_datum, sft_datum
 
 
 def test_unknown_model_lists_the_presets(service):

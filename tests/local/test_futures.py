@@ -12,8 +12,8 @@ import torch
 from tinker import types
 
 from gemlab.step import adam_params
-from tinker_emulator.futures import SAMPLING, TRAINING, Worker, get_worker, lane, then
 from tests.helpers.local import nudge, sft_datum
+from tinker_emulator.futures import SAMPLING, TRAINING, Worker, get_worker, lane, then
 
 
 def logprobs_of(sampler, prompt: list[int]) -> np.ndarray:

@@ -11,11 +11,11 @@ import torch
 from tinker import types
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from gemlab.tiny.model import load_tiny_tokenizer
+from tests.helpers.local import rl_datum
 from tinker_emulator import LocalServiceClient
 from tinker_emulator.hf_models import cached_snapshot
 from tinker_emulator.models import TINY_CHAT, UnknownModelError, resolve_model_name
-from gemlab.tiny.model import load_tiny_tokenizer
-from tests.helpers.local import rl_datum
 
 NAME = "acme/mini-chat"
 QWEN3_NAME = "acme/qwen3-mini"  # a Qwen-class architecture (q/k norms, explicit head_dim)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.http_server import ServerProcess
 from tinker_emulator.futures import LANE
 from tinker_emulator.workshop_server.guard import Guard
 from tinker_emulator.workshop_server.keys import KeyRing, tenant_of
 from tinker_emulator.workshop_server.registry import REQUEST_BYTES
-from tests.helpers.http_server import ServerProcess
 
 KEY = "tml-" + "c" * 40
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.helpers.http_app import NEW_SESSION, result
 from tinker_emulator import training_client
 from tinker_emulator.futures import SAMPLING, TRAINING, get_worker
 from tinker_emulator.workshop_server import make_app
@@ -30,7 +31,6 @@ from tinker_emulator.workshop_server.registry import (
     Sampler,
 )
 from tinker_emulator.workshop_server.state import Limits
-from tests.helpers.http_app import NEW_SESSION, result
 
 KEYS = ["tml-" + "a" * 40, "tml-" + "b" * 40]
 STEP = {"adam_params": {"learning_rate": 1e-3}}

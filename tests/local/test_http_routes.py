@@ -11,13 +11,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from tests.helpers.http_app import KEY, NEW_SESSION, result
 from tinker_emulator.workshop_server import app as http_app
 from tinker_emulator.workshop_server import make_app
 from tinker_emulator.workshop_server.gate import SampleGate
 from tinker_emulator.workshop_server.registry import SESSION_TTL_S, Registry
 from tinker_emulator.workshop_server.routes import sessions
 from tinker_emulator.workshop_server.state import Limits, Server, tenant
-from tests.helpers.http_app import KEY, NEW_SESSION, result
 
 
 def test_a_router_serves_alone_given_its_state_and_tenant(tmp_path: Path) -> None:

@@ -22,12 +22,12 @@ import zstandard
 from fastapi.testclient import TestClient
 from tinker.proto import tinker_public_pb2 as pb
 
+from tests.helpers.http_app import NEW_SESSION
+from tests.helpers.http_server import ServerProcess, first_line
 from tinker_emulator import training_client
 from tinker_emulator.futures import TRAINING, get_worker
 from tinker_emulator.workshop_server import make_app
 from tinker_emulator.workshop_server.state import Limits
-from tests.helpers.http_app import NEW_SESSION
-from tests.helpers.http_server import ServerProcess, first_line
 
 KEYS = ["tml-" + "a" * 40, "tml-" + "b" * 40]
 PROTOBUF = "application/x-protobuf"

@@ -10,8 +10,8 @@ import pytest
 import torch
 from tinker import types
 
-from tinker_emulator import lora, losses
 from tests.helpers.local import grads, nudge, rl_datum, sft_datum, weights
+from tinker_emulator import lora, losses
 
 CONFIGS = {
     "cross_entropy": {},

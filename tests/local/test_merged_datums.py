@@ -8,8 +8,8 @@ import torch
 
 from gemlab.datums import policy_gradient_datum, policy_gradient_datums, turn_output
 from gemlab.episodes import Transition
-from tinker_emulator import scoring
 from tests.helpers.local import grads, nudge
+from tinker_emulator import scoring
 
 REPLIES = ["<|im_end|>\n<|im_start|>user\nToo low.<|im_end|>\n<|im_start|>assistant\n",
            "<|im_end|>\n<|im_start|>user\nToo high, try again.<|im_end|>\n<|im_start|>assistant\n"]

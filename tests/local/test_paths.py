@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.helpers.http_app import KEY, NEW_SESSION, result
 from tinker_emulator import checkpoints
 from tinker_emulator.workshop_server import make_app, paths
-from tests.helpers.http_app import KEY, NEW_SESSION, result
 
 RULE = "1-200 letters, digits"
 BAD_NAMES = ["a" * 201, "a" * 255, "a" * 300, "x" * 1000, "../up", ".hidden", "a/b", "a\\b", "-dash", "a b", "é"]

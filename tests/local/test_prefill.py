@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from tinker_emulator import generation
+from tinker_emulator import TINY, generation
 from tinker_emulator.generation import Row, generate
-from tinker_emulator import TINY
 from tinker_emulator.models import load_model
 from tinker_emulator.prefill import MIN_SHARED_TOKENS, shared_prefix_length
 
@@ -80,8 +79,8 @@ def test_training_with_a_shared_prefix_gives_the_plain_loss_and_gradient(monkeyp
 def test_rows_with_the_same_prompt_run_it_once_and_sample_as_they_would_alone(monkeypatch):
     """A GRPO group's rows show one problem: the prompt pass runs each distinct prompt once
     (counted at the model), and every row still gets the tokens and logprobs it gets alone."""
-    from tinker_emulator import kv_cache
     from gemlab.tiny.model import build_tiny_model
+    from tinker_emulator import kv_cache
 
     pad = load_model(TINY, torch.device("cpu")).pad_token_id
     model = build_tiny_model(seed=0, pretrained=True)
@@ -126,8 +125,8 @@ def test_the_sharing_plan_runs_each_groups_problem_once_and_leaves_a_lone_row_pl
 def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypatch):
     """Groups with prefixes of different lengths (the prefix batch is padded) and a row that
     shares nothing: logprobs and gradients equal the plain pass."""
-    from tinker_emulator import scoring
     from gemlab.tiny.model import build_tiny_model
+    from tinker_emulator import scoring
 
     model = build_tiny_model(seed=0, pretrained=True)
     base = list(range(10, 10 + MIN_SHARED_TOKENS))
@@ -146,8 +145,8 @@ def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch
     (18 and 19 tokens) runs once, in a pass of its own, its rows' suffixes in micro-batches of at
     most 8 positions, and the logprobs and the gradients gathered over those micro-batches and
     chunks still equal the plain pass's."""
-    from tinker_emulator import kv_cache, scoring
     from gemlab.tiny.model import build_tiny_model
+    from tinker_emulator import kv_cache, scoring
 
     model = build_tiny_model(seed=0, pretrained=True)
     base = list(range(10, 10 + MIN_SHARED_TOKENS))

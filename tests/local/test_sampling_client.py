@@ -10,8 +10,8 @@ import pytest
 import torch
 from tinker import types
 
-from tinker_emulator import TINY, lora, sampling_client
 from tests.helpers.local import nudge, rl_datum
+from tinker_emulator import TINY, lora, sampling_client
 
 
 def params(**kwargs) -> types.SamplingParams:

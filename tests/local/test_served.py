@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tinker_emulator.workshop_server import make_app
-from tinker_emulator.workshop_server.keys import tenant_of
+from tests.helpers.http_app import NEW_SESSION
 from tinker_emulator import TINY
 from tinker_emulator.models import catalogue
-from tests.helpers.http_app import NEW_SESSION
+from tinker_emulator.workshop_server import make_app
+from tinker_emulator.workshop_server.keys import tenant_of
 
 KEY, OTHER = "tml-" + "0123456789" * 4, "tml-" + "9876543210" * 4
 PROMPT = {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]}

@@ -6,9 +6,9 @@ import pytest
 import torch
 from tinker import types
 
+from tests.helpers.local import CHAT, rl_datum
 from tinker_emulator import SMOLLM2, LocalServiceClient
 from tinker_emulator.models import model_source
-from tests.helpers.local import CHAT, rl_datum
 
 
 def _available() -> bool:

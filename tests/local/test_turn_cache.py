@@ -10,14 +10,13 @@ import pytest
 import torch
 from tinker import types
 
-from tinker_emulator import generation, kv_cache
+from tests.helpers.local import nudge
+from tinker_emulator import TINY, generation, kv_cache
 from tinker_emulator.futures import SAMPLING, get_worker
 from tinker_emulator.generation import Row, generate
-from tinker_emulator import TINY
 from tinker_emulator.models import load_model
 from tinker_emulator.prefill import MIN_SHARED_TOKENS
 from tinker_emulator.turn_cache import BUDGET_ENV, Memory, TurnCache, budget_bytes
-from tests.helpers.local import nudge
 
 # what an environment adds after an action: the end of the turn, a reply, the next header
 REPLY = "<|im_end|>\n<|im_start|>user\nToo low.<|im_end|>\n<|im_start|>assistant\n"

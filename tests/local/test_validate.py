@@ -23,11 +23,11 @@ from tinker import types
 from tinker.proto import tinker_public_pb2 as pb
 from tinker.proto.response_conv import deserialize_sample_response
 
+from tests.helpers.http_app import KEY, NEW_SESSION, result
 from tinker_emulator.workshop_server import make_app, validate, wire
 from tinker_emulator.workshop_server.errors import TooLarge, status_and_message
 from tinker_emulator.workshop_server.routes import ROUTERS
 from tinker_emulator.workshop_server.state import Limits
-from tests.helpers.http_app import KEY, NEW_SESSION, result
 
 MAX_BODY = 2**20  # the app's body limit here: its tensors may hold MAX_BODY // 4 elements once dense
 CONTEXT = 2048  # gemlab/tiny's context

@@ -5,7 +5,6 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot  # after the backend is chosen
-
 import pytest
 
 from gemlab.notebook import live_metrics

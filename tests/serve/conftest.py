@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from tinker import types
 
-from tinker_emulator import TINY_CHAT, LocalServiceClient
 from gemlab.openai_endpoint import BackgroundServer, Limits, create_app
+from tinker_emulator import TINY_CHAT, LocalServiceClient
 
 MODEL = TINY_CHAT
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
+from gemlab.atropos.loop import group_episodes, train, turns
 from gemlab.config import make_config
+from gemlab.openai_endpoint import BackgroundServer, Limits, Recorder, SamplerSlot, create_app
 from tinker_emulator import TINY_CHAT, LocalServiceClient
 from tinker_emulator.models import model_source
-from gemlab.openai_endpoint import BackgroundServer, Limits, Recorder, SamplerSlot, create_app
-from gemlab.atropos.loop import group_episodes, train, turns
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "atropos_guess_env.py"
 KEY = "sk-room-7"

@@ -16,11 +16,11 @@ import openai
 import pytest
 from tinker import types
 
-from gemlab.step import adam_params
 from gemlab.datums import policy_gradient_datum
 from gemlab.envs import make_envs
-from tinker_emulator import TINY, LocalServiceClient, sampling_client
 from gemlab.openai_endpoint import BackgroundServer, Recorder, SamplerSlot, create_app
+from gemlab.step import adam_params
+from tinker_emulator import TINY, LocalServiceClient, sampling_client
 
 MESSAGES = [{"role": "user", "content": "Guess a number between 1 and 20. Answer in \\boxed{}."}]
 

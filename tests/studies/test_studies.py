@@ -11,15 +11,15 @@ import pytest
 
 import gemlab.evaluate
 from gemlab import make_config
+from gemlab.env_ids import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.step import prepare_transitions
-from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, SMOLLM2_SEEDS, TUNING_SEEDS, Run, study_runs
 from gemlab.studies import evaluation
+from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, SMOLLM2_SEEDS, TUNING_SEEDS, Run, study_runs
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table, smollm2_figure
 from gemlab.studies.runner import estimate_seconds, run_studies
-from gemlab.env_ids import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
 from gemlab.tiny.registry import TINY_SUMS
 from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler

@@ -10,9 +10,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tinker_emulator
-from tinker_emulator.models import catalogue
 from gemlab import model_names
 from gemlab.tiny import registry
+from tinker_emulator.models import catalogue
 
 TEXT = "<|im_start|>user\nGuess a number between 1 and 10.<|im_end|>\n<|im_start|>assistant\n<think>\\boxed{5}"
 

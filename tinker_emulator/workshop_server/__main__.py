@@ -32,8 +32,8 @@ import logging
 import os
 import socket
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from tinker_emulator import asgi_limits
 from tinker_emulator.workshop_server.registry import Quotas

@@ -11,8 +11,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from tinker_emulator.workshop_server import served
 from tinker_emulator.models import build_model, load_tokenizer, resolve_model_name
+from tinker_emulator.workshop_server import served
 
 REVISION = "gemlab-local"
 

@@ -12,8 +12,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from tinker import types
 
-from tinker_emulator.losses import loss_spec
 from tinker_emulator import memory
+from tinker_emulator.losses import loss_spec
 from tinker_emulator.workshop_server import paths, served, units, validate, wire
 from tinker_emulator.workshop_server.registry import Sampler, Session
 from tinker_emulator.workshop_server.replies import answer, awaited, queued, read, then
