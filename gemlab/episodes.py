@@ -110,15 +110,9 @@ class TurnRounds:
         # the loop holds tasks only weakly: a send the GC took would never answer
         self._sending: set[asyncio.Task] = set()
 
-    def for_env(self, index: int) -> Any:
+    def for_env(self, index: int) -> _EnvClient:
         """The client that env ``index``'s episode samples through."""
-        rounds = self
-
-        class _Client:
-            async def sample(self, **request: Any) -> Any:
-                return await rounds.sample(index, request)
-
-        return _Client()
+        return _EnvClient(self, index)
 
     async def sample(self, index: int, request: dict[str, Any]) -> Any:
         future = asyncio.get_running_loop().create_future()
@@ -152,6 +146,19 @@ class TurnRounds:
                     raise
                 self.retries += 1
                 await asyncio.sleep(delay)
+
+
+@dataclass(frozen=True)
+class _EnvClient:
+    """Env ``index``'s sampling client: its requests go through ``rounds``. A plain object, not a class
+    made per call: such a class is a reference cycle, which kept the round's sampling client (and a
+    snapshot's kept keys and values, hundreds of MB) alive until Python's cycle collector ran."""
+
+    rounds: TurnRounds
+    index: int
+
+    async def sample(self, **request: Any) -> Any:
+        return await self.rounds.sample(self.index, request)
 
 
 def _relay(task: asyncio.Task, future: asyncio.Future) -> None:

@@ -104,6 +104,23 @@ def test_requests_go_out_in_env_order_whatever_the_timing():
     assert orders[0] == orders[1]
 
 
+def test_the_sampling_client_is_freed_when_the_batch_is_played_without_the_cycle_collector():
+    """When ``collect_batch`` returns, nothing of it holds the sampling client: a snapshot sampler (and
+    the keys and values it keeps for later turns, about 0.5 GB for a tool step of SmolLM2) is freed
+    there and then, not whenever Python's cycle collector next runs (which was after the update)."""
+    sampler = ScriptedSampler([5, 3, 8, 1, 9, 2])
+    freed = weakref.ref(sampler)
+    gc.collect()
+    gc.disable()
+    try:
+        batch = _batch(sampler, 4, 8)
+        del sampler
+        assert freed() is None, [type(r).__name__ for r in gc.get_referrers(freed())]
+    finally:
+        gc.enable()
+    assert batch.num_transitions >= 8
+
+
 def test_envs_that_step_in_a_thread_step_at_the_same_time():
     """An env whose step waits on a process (GEM's sandboxed python tool: ``steps_in_a_thread``) is
     stepped off the event loop, so the episodes' steps overlap: two steps that each wait for the
