@@ -97,14 +97,15 @@ class TurnRounds:
 
     Each episode's ``sample`` waits until every live episode has asked (or finished); then
     all requests go out at once, ordered by env index. A request that raises is retried after
-    each of ``retry_delays`` seconds; errors that retrying cannot fix (``ValueError``,
-    ``TypeError``: bad input) are not retried.
+    each of ``retry_delays`` seconds (None: the module's ``RETRY_DELAYS``, read when the rounds
+    start, so a test can patch it); errors that retrying cannot fix (``ValueError``, ``TypeError``:
+    bad input) are not retried.
     """
 
-    def __init__(self, client: Any, num_live: int, retry_delays: Sequence[float] = RETRY_DELAYS) -> None:
+    def __init__(self, client: Any, num_live: int, retry_delays: Sequence[float] | None = None) -> None:
         self.client = client
         self.live = num_live
-        self.retry_delays = tuple(retry_delays)
+        self.retry_delays = tuple(RETRY_DELAYS if retry_delays is None else retry_delays)
         self.retries = 0
         self._waiting: dict[int, tuple[dict[str, Any], asyncio.Future]] = {}
         # the loop holds tasks only weakly: a send the GC took would never answer
@@ -371,7 +372,7 @@ async def collect_batch(
     seed: int | None = None,
     group_size: int = 1,
     progress: Any = None,
-    retry_delays: Sequence[float] = RETRY_DELAYS,
+    retry_delays: Sequence[float] | None = None,
 ) -> RolloutBatch:
     """Play rounds of one episode per env, concurrently, until at least ``min_transitions``.
 
