@@ -1,5 +1,6 @@
-"""Memory: whether an exception means the process ran out of it (``is_out_of_memory``), and
-memory handed back to the system after large requests (``trim``). A large ``forward_backward`` body is
+"""Memory: whether an exception means the process ran out of it (``is_out_of_memory``), glibc's
+allocator held to a local run's needs (``hold_down_allocator``), and memory handed back to the
+system after large requests (``trim``). A large ``forward_backward`` body is
 decompressed, parsed and turned into token lists and tensors, most of it small Python and numpy
 objects that glibc's malloc keeps in its arenas once freed: the process's RSS stays at its peak
 (issue 45: 549 MB idle, 2,073 MB after heavy requests, for good). ``malloc_trim`` returns the free
@@ -11,9 +12,15 @@ import ctypes
 import ctypes.util
 import errno
 import functools
+import os
 
 LARGE_TOKENS = 8192  # a forward_backward of this many tokens or more is followed by a trim
 ALLOCATOR_WORDS = ("can't allocate memory", "cannot allocate memory", "out of memory")
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters (malloc.h)
+ARENAS = 2
+MMAP_THRESHOLD = 1 << 20
+#: glibc's own settings: a user who gives any of them keeps the allocator as they set it.
+ALLOCATOR_ENV = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 
 @functools.cache
@@ -24,6 +31,21 @@ def _libc() -> ctypes.CDLL | None:
     except OSError:
         return None
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
+
+
+@functools.cache
+def hold_down_allocator() -> bool:
+    """Two malloc arenas, and blocks of ``MMAP_THRESHOLD`` (1 MiB) or more mapped on their own, so that
+    freeing one hands it back to the system; True where glibc took both settings. Called before the
+    workers' threads start (``LocalServiceClient``): by default glibc gives each thread a heap of its
+    own (up to 8 per core) and keeps what a pass freed there, so a SmolLM2 tool run's resident
+    memory grew to 6.8 GB after two RL steps (4.4 GB with these settings, same steps, same process;
+    research/notes/tool-use.md). A user who sets ``MALLOC_ARENA_MAX`` or another of glibc's
+    ``MALLOC_*`` variables keeps their own; elsewhere than glibc this does nothing."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt") or any(name in os.environ for name in ALLOCATOR_ENV):
+        return False
+    return bool(libc.mallopt(M_ARENA_MAX, ARENAS)) and bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def trim() -> None:

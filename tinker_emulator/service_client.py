@@ -20,7 +20,7 @@ from tinker import ServiceClient, types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 from tinker.lib.public_interfaces.custom_loss import LossHandle, PerDatumLossFn, trace_loss
 
-from tinker_emulator import checkpoints, lora
+from tinker_emulator import checkpoints, lora, memory
 from tinker_emulator.errors import unavailable
 from tinker_emulator.futures import SAMPLING, ClientFuture, client_future, completed, run_in_order
 from tinker_emulator.models import choose_device, load_model, resolve_model_name, server_capabilities
@@ -52,6 +52,7 @@ class LocalServiceClient(ServiceClient):
         stand_in: str | None = None,
         **tinker_options: Any,
     ):
+        memory.hold_down_allocator()  # before the workers' threads take heaps of their own
         self._device = choose_device(device)
         self._stand_in = stand_in
         self._root = (Path(root).expanduser() if root is not None else checkpoints.default_root()).absolute()
