@@ -39,7 +39,8 @@ def heaps(mode: str, tmp_path: Path, **extra_env: str) -> tuple[int, str]:
     """The number of heaps glibc reports after eight threads allocated, and what hold_down_allocator said."""
     info = tmp_path / f"{mode}.xml"
     env = {k: v for k, v in os.environ.items() if k not in ALLOCATOR_ENV} | extra_env
-    done = subprocess.run([sys.executable, "-c", PROGRAM, mode, str(info)], env=env, capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-c", PROGRAM, mode, str(info)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return info.read_text().count("<heap nr="), done.stdout.strip()
 
