@@ -771,7 +771,7 @@ def bench_tool(report: Report, steps: int, peaks: dict[torch.dtype, float]) -> N
             time.perf_counter() - wall,
             time.process_time() - cpu,
             0.0,
-            note=f"success {result.success_rate:.2f}",
+            note=f"success {result.success:.2f}",
         )
         rows = []
         for _ in range(steps):
