@@ -89,9 +89,7 @@ class GemEnv(Env):
     def __init__(self, env: Any, first_message: str, renderer: Renderer):
         self.env = env
         self.renderer = renderer
-        # the cookbook imports NotRequired from typing (3.11+): checked as 3.10, Message's optional keys read as
-        # required
-        self.messages: list[Message] = [{"role": "user", "content": first_message}]  # type: ignore[typeddict-item]
+        self.messages: list[Message] = [{"role": "user", "content": first_message}]
 
     async def initial_observation(self) -> tuple[Observation, StopCondition]:
         return self.renderer.build_generation_prompt(self.messages), self.renderer.get_stop_sequences()
@@ -103,7 +101,7 @@ class GemEnv(Env):
         observation, reward, terminated, truncated, info = self.env.step(text)
         done = bool(terminated or truncated)
         if not done:
-            self.messages += [message, {"role": "user", "content": observation}]  # type: ignore[typeddict-item]  # as above
+            self.messages += [message, {"role": "user", "content": observation}]
         return StepResult(
             reward=float(reward),
             episode_done=done,
@@ -112,7 +110,7 @@ class GemEnv(Env):
             else self.renderer.build_generation_prompt(self.messages),
             next_stop_condition=self.renderer.get_stop_sequences(),
             # any real number (numpy's too), as the cookbook's metrics hold them at run time
-            metrics={key: value for key, value in (info or {}).items() if isinstance(value, numbers.Real)},  # type: ignore[misc]
+            metrics={key: value for key, value in (info or {}).items() if isinstance(value, numbers.Real)},
             logs={"action": text, "observation": str(observation)},
         )
 
