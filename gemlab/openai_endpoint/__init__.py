@@ -7,12 +7,40 @@ slot, recorder = SamplerSlot(sampling_client), Recorder()
 with BackgroundServer(create_app(slot, model_name="gemlab/tiny", recorder=recorder)) as server:
     ...  # openai.OpenAI(base_url=server.url, api_key="local"); slot.set(new_client) after a step
 ```
+
+Each name is imported from its module on first use (PEP 562), so ``python -m gemlab.openai_endpoint --help``
+answers before FastAPI and the sampling code load.
 """
 
-from gemlab.openai_endpoint.app import create_app
-from gemlab.openai_endpoint.completions import Generation, SamplerSlot
-from gemlab.openai_endpoint.guard import Limits
-from gemlab.openai_endpoint.recorder import Recorder
-from gemlab.openai_endpoint.server_thread import BackgroundServer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the module that defines it
+_WHERE = {
+    "create_app": "gemlab.openai_endpoint.app",
+    "Generation": "gemlab.openai_endpoint.completions",
+    "SamplerSlot": "gemlab.openai_endpoint.completions",
+    "Limits": "gemlab.openai_endpoint.guard",
+    "Recorder": "gemlab.openai_endpoint.recorder",
+    "BackgroundServer": "gemlab.openai_endpoint.server_thread",
+}
 
 __all__ = ["BackgroundServer", "Generation", "Limits", "Recorder", "SamplerSlot", "create_app"]
+
+if TYPE_CHECKING:
+    from gemlab.openai_endpoint.app import create_app
+    from gemlab.openai_endpoint.completions import Generation, SamplerSlot
+    from gemlab.openai_endpoint.guard import Limits
+    from gemlab.openai_endpoint.recorder import Recorder
+    from gemlab.openai_endpoint.server_thread import BackgroundServer
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name`` from its module on first use, and keep it here."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value

@@ -13,16 +13,14 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gemlab.backend import get_service_client
 from gemlab.config import BACKENDS
-from gemlab.memory import is_out_of_memory, out_of_memory
-from gemlab.openai_endpoint import Recorder, create_app
-from gemlab.openai_endpoint.errors import head_too_large
-from gemlab.openai_endpoint.guard import Limits, allowed_hosts_for, is_loopback
-from gemlab.openai_endpoint.server_thread import HEAD_TIMEOUT_S
-from tinker_emulator import asgi_limits
+
+# The sampling code, PyTorch and the backends load in main, after the arguments are read: --help and a
+# refused argument answer without them.
+if TYPE_CHECKING:
+    from gemlab.openai_endpoint.guard import Limits
 
 KEY_VARIABLE = "GEMLAB_SERVE_API_KEY"
 
@@ -60,6 +58,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Limits]:
         "--max-concurrent", type=int, default=64, help="requests served at once; more get 503 (default 64)"
     )
     args = parser.parse_args(argv)
+    from gemlab.openai_endpoint.guard import Limits, allowed_hosts_for, is_loopback  # FastAPI, not the model
+
     if not 0 <= args.port <= 65535:
         parser.exit(2, f"--port must be in 0..65535, got {args.port}\n")
     if not 0 < args.max_body_mb <= 1024 or args.max_concurrent < 1:
@@ -82,6 +82,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Limits]:
 
 def main(argv: list[str] | None = None) -> int:
     args, limits = parse_args(argv)
+    from gemlab.backend import get_service_client
+    from gemlab.memory import is_out_of_memory, out_of_memory
+
     try:
         client = sampling_client(get_service_client(args.backend), args.model)
     except Exception as exc:  # a model that is not here, or its files, a package or memory missing: one line
@@ -90,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     import uvicorn
+
+    from gemlab.openai_endpoint.app import create_app
+    from gemlab.openai_endpoint.errors import head_too_large
+    from gemlab.openai_endpoint.guard import is_loopback
+    from gemlab.openai_endpoint.recorder import Recorder
+    from gemlab.openai_endpoint.server_thread import HEAD_TIMEOUT_S
+    from tinker_emulator import asgi_limits
 
     logging.basicConfig(format="gemlab.openai_endpoint: %(message)s", level=logging.WARNING)
     name = args.served_model_name or args.model
