@@ -11,9 +11,30 @@ weights to the environments on gemlab's OpenAI endpoint, in one process.
 - ``config``: the command's keys;
 - ``loop``: the same design in one process, an environment object collecting through the
   endpoint's ``/generate`` while gemlab trains on what it collected.
+
+Both names are imported from their modules on first use (PEP 562), so ``python -m gemlab.atropos --help``
+answers before the trainer, PyTorch and the backends load.
 """
 
-from gemlab.atropos.config import AtroposConfig
-from gemlab.atropos.trainer import AtroposTrainer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the module that defines it
+_WHERE = {"AtroposConfig": "gemlab.atropos.config", "AtroposTrainer": "gemlab.atropos.trainer"}
 
 __all__ = ["AtroposConfig", "AtroposTrainer"]
+
+if TYPE_CHECKING:
+    from gemlab.atropos.config import AtroposConfig
+    from gemlab.atropos.trainer import AtroposTrainer
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name`` from its module on first use, and keep it here."""
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value

@@ -14,13 +14,14 @@ import os
 import shlex
 import signal
 import sys
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from gemlab.atropos.api import ApiError, start_api, stop_api
 from gemlab.atropos.config import config_from_argv, help_text
-from gemlab.atropos.trainer import AtroposTrainer
-from gemlab.backend import BackendError, get_service_client, resolve_backend
-from gemlab.run_folder import RunFolder, os_reason
+
+# The trainer, PyTorch and the backends load once the keys are read: --help and a refused key answer without them.
+if TYPE_CHECKING:
+    from gemlab.atropos.trainer import AtroposTrainer
 
 
 def say(line: str) -> None:
@@ -30,6 +31,15 @@ def say(line: str) -> None:
 async def main_async(argv: list[str]) -> int:
     try:
         config = config_from_argv(argv)
+    except ValueError as error:
+        say(f"gemlab.atropos: {error}")
+        return 2
+    from gemlab.atropos.api import ApiError, start_api, stop_api
+    from gemlab.atropos.trainer import AtroposTrainer
+    from gemlab.backend import BackendError, get_service_client, resolve_backend
+    from gemlab.run_folder import RunFolder, os_reason
+
+    try:
         local = resolve_backend(config.backend) == "local"
         root = RunFolder(config.log_dir, config.resolved_run_name).local_checkpoints
         service = get_service_client(config.backend, **({"root": root} if local else {}))
