@@ -11,25 +11,24 @@ from __future__ import annotations
 import asyncio
 import sys
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import chz
 from chz.blueprint import EntrypointHelpException
 
 # the base of chz's argv errors; chz exports only the help one
 from chz.blueprint._entrypoint import EntrypointException
-from tinker.types import LossFnType
 
+from gemlab.cookbook import check_gem_options
 from gemlab.env_ids import GUESS_EASY
 from gemlab.model_names import QWEN3_4B_INSTRUCT
 
-try:
-    from gemlab.cookbook.adapter import GemDatasetBuilder, check_gem_options
-except ModuleNotFoundError as missing:  # no cookbook: the adapter's one line says how to install it
-    sys.exit(str(missing))
-from tinker_cookbook import checkpoint_utils, cli_utils  # noqa: E402
-from tinker_cookbook.rl.train import Config  # noqa: E402
-from tinker_cookbook.rl.train import main as train
+# The cookbook, Tinker's types and PyTorch load once the keys are read: --help and a refused key answer
+# without them. Two of its types, written out here for that (tests/test_cookbook.py checks they match):
+LossFnType = Literal[  # tinker.types.LossFnType
+    "cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce", "custom"
+]
+LogdirBehavior = Literal["delete", "resume", "ask", "raise"]  # tinker_cookbook.cli_utils.LogdirBehavior
 
 RECIPE_NAME = "gemlab_cookbook_gem"  # the cookbook attaches it to the run as user_metadata
 
@@ -65,7 +64,7 @@ class CLIConfig:
     wandb_name: str | None = None
     save_every: int = 20
     base_url: str | None = None
-    behavior_if_log_dir_exists: cli_utils.LogdirBehavior = "ask"
+    behavior_if_log_dir_exists: LogdirBehavior = "ask"
 
     @chz.validate
     def _check(self) -> None:
@@ -90,6 +89,14 @@ def run_name(cli: CLIConfig) -> str:
 
 async def cli_main(cli: CLIConfig) -> None:
     """Build the cookbook's ``Config`` from ``cli`` and run its training loop."""
+    try:
+        from gemlab.cookbook.adapter import GemDatasetBuilder
+    except ModuleNotFoundError as missing:  # no cookbook: the adapter's one line says how to install it
+        sys.exit(str(missing))
+    from tinker_cookbook import checkpoint_utils, cli_utils
+    from tinker_cookbook.rl.train import Config
+    from tinker_cookbook.rl.train import main as train
+
     renderer_name = await checkpoint_utils.resolve_renderer_name_from_checkpoint_or_default_async(
         model_name=cli.model_name,
         explicit_renderer_name=cli.renderer_name,

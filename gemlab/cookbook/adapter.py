@@ -55,7 +55,8 @@ from tinker_cookbook.rl.types import (  # noqa: E402
 )
 from tinker_cookbook.tokenizer_utils import get_tokenizer  # noqa: E402
 
-from gemlab.envs import check_env_id, make_envs, wrapper_names  # noqa: E402
+from gemlab.cookbook import check_gem_options  # noqa: E402
+from gemlab.envs import make_envs  # noqa: E402
 from gemlab.seeds import derive_seed  # noqa: E402
 from gemlab.templates import Template, get_template  # noqa: E402
 
@@ -69,17 +70,6 @@ def user_message(template: Template, observation: str) -> str:
     if not template.renders_text:
         return observation
     return template.render_text(observation).removeprefix(_USER_TURN).removesuffix(_ASSISTANT_TURN)
-
-
-def check_gem_options(env_id: str, env_wrappers: str, template: str, **sizes: int) -> None:
-    """Fail before any work on an unknown env id, wrapper or template, or a size (``group_size=``,
-    ...) that is not a positive integer: a ``ValueError`` whose one line says what is allowed."""
-    check_env_id(env_id)
-    wrapper_names(env_wrappers)
-    get_template(template)
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class GemEnv(Env):
