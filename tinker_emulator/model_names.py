@@ -1,6 +1,11 @@
 """The model names the emulator's code, docs and users name: the catalogue's tiny models it serves
-by default (``catalogue/``) and SmolLM2. Names only, with no model import: importing them loads
-neither PyTorch nor transformers (``gemlab.model_names`` imports them so; ``models.py`` loads)."""
+by default (``catalogue/``) and SmolLM2, and the catalogue's index. Names only, with no model import: importing
+them loads neither PyTorch nor transformers (``gemlab.model_names`` imports them so; ``models.py`` loads)."""
+
+from pathlib import Path
+
+# {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
+CATALOGUE_FILE = Path(__file__).resolve().parent / "catalogue" / "models.json"
 
 TINY = "gemlab/tiny"
 TINY_RANDOM = "gemlab/tiny-random"

