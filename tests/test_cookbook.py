@@ -165,6 +165,16 @@ def test_bad_command_lines_are_one_line_and_status_2(cookbook, capsys):
         assert err.count("\n") == 1 and err.startswith(f"gemlab.cookbook: {says}"), err
 
 
+def test_the_command_lines_types_are_the_cookbooks(cookbook):
+    """``--help`` answers before PyTorch loads: the command spells two of the cookbook's types out."""
+    from tinker.types import LossFnType
+    from tinker_cookbook.cli_utils import LogdirBehavior
+
+    from gemlab.cookbook import __main__ as command
+
+    assert (command.LossFnType, command.LogdirBehavior) == (LossFnType, LogdirBehavior)
+
+
 @pytest.mark.slow  # subprocesses
 def test_gemlab_does_not_import_the_cookbook_and_a_missing_one_is_one_line(tmp_path: Path):
     loaded = (

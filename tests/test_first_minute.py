@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # the local backend's package is light to import (its names load on first use); its models and clients are not
 # what a model needs
 MODEL = ("torch", "transformers", "peft", "tinker", "tinker_emulator.models", "tinker_emulator.service_client")
-HEAVY = (*MODEL, "gem", "reasoning_gym", "matplotlib", "pandas")
+HEAVY = (*MODEL, "gem", "reasoning_gym", "matplotlib", "pandas", "fastapi", "tinker_cookbook")
 
 # (arguments to python -m, how a line of the answer starts, exit status)
 FAST = [
@@ -42,6 +42,19 @@ FAST = [
     (["gemlab.doctor", "--help"], "usage: python -m gemlab.doctor", 0),
     (["gemlab.doctor", "--steps", "0"], "python -m gemlab.doctor: error: --steps must be at least 1, got 0", 2),
     (["gemlab"], "gemlab's commands (each takes --help):", 0),
+    (["gemlab.openai_endpoint", "--help"], "usage: python -m gemlab.openai_endpoint", 0),
+    (["gemlab.openai_endpoint", "--model", "m", "--port", "70000"], "--port must be in 0..65535, got 70000", 2),
+    (
+        ["gemlab.openai_endpoint", "--model", "m", "--host", "0.0.0.0"],
+        "--host 0.0.0.0 reaches beyond this machine: set --api-key or $GEMLAB_SERVE_API_KEY",
+        2,
+    ),
+    (["gemlab.atropos", "--help"], "usage: python -m gemlab.atropos", 0),
+    (["gemlab.atropos", "learnig_rate=0.1"], "gemlab.atropos: expected key=value with a key of: model_name", 2),
+    (["gemlab.cookbook", "--help"], "Entry point: CLIConfig", 0),
+    (["gemlab.cookbook", "nokey=1"], "gemlab.cookbook: Extraneous argument 'nokey'", 2),
+    (["gemlab.tiny", "--help"], "usage: python -m gemlab.tiny", 0),
+    (["gemlab.tiny", "gemlab/nope"], "python -m gemlab.tiny: error: unknown tiny model(s) ['gemlab/nope']", 2),
 ]
 
 
@@ -79,20 +92,28 @@ def test_help_and_refusals_answer_within_2_cpu_seconds(tmp_path: Path, args: lis
 
 @pytest.mark.slow
 def test_help_and_refusals_load_none_of_the_heavy_packages() -> None:
-    """What keeps them fast, said without a clock: none of PyTorch, GEM, the local backend is imported
-    (GEM's registry only where an env id is to be checked: the test below)."""
+    """What keeps them fast, said without a clock: none of PyTorch, GEM, the local backend, FastAPI or the
+    cookbook is imported (GEM's registry only where an env id is to be checked: the test below)."""
     probe = (
         "import contextlib, io, sys\n"
         "from gemlab import doctor, train\n"
         "from gemlab.__main__ import main\n"
+        "from gemlab.atropos import __main__ as atropos\n"
+        "from gemlab.cookbook import __main__ as cookbook\n"
+        "from gemlab.openai_endpoint import __main__ as endpoint\n"
+        "from gemlab.tiny import registry\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
         "    main()\n"
         "    for argv in (['--help'], ['learnig_rate=1'], ['preset=laptop', 'gamma=2'], ['preset=big'], []):\n"
         "        train.main(argv)\n"
-        "    try:\n"
-        "        doctor.main(['--help'])\n"
-        "    except SystemExit:\n"
-        "        pass\n"
+        "    for argv in (['--help'], ['nokey=1']):\n"
+        "        atropos.main(argv), cookbook.main(argv)\n"
+        "    sys.argv[1:] = ['--help']\n"
+        "    for call in (lambda: doctor.main(['--help']), lambda: endpoint.parse_args(['--help']), registry.main):\n"
+        "        try:\n"
+        "            call()\n"
+        "        except SystemExit:\n"
+        "            pass\n"
         f"print(sorted(name for name in {HEAVY!r} if name in sys.modules))\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=_environment(), cwd=ROOT)
