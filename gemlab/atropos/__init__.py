@@ -18,8 +18,9 @@ answers before the trainer, PyTorch and the backends load.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gemlab.lazy import lazy_names
 
 # name -> the module that defines it
 _WHERE = {"AtroposConfig": "gemlab.atropos.config", "AtroposTrainer": "gemlab.atropos.trainer"}
@@ -31,10 +32,4 @@ if TYPE_CHECKING:
     from gemlab.atropos.trainer import AtroposTrainer
 
 
-def __getattr__(name: str) -> Any:
-    """Import ``name`` from its module on first use, and keep it here."""
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)

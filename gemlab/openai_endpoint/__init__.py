@@ -14,8 +14,9 @@ answers before FastAPI and the sampling code load.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from gemlab.lazy import lazy_names
 
 # name -> the module that defines it
 _WHERE = {
@@ -37,10 +38,4 @@ if TYPE_CHECKING:
     from gemlab.openai_endpoint.server_thread import BackgroundServer
 
 
-def __getattr__(name: str) -> Any:
-    """Import ``name`` from its module on first use, and keep it here."""
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE)
