@@ -16,9 +16,10 @@ import os
 
 LARGE_TOKENS = 8192  # a forward_backward of this many tokens or more is followed by a trim
 ALLOCATOR_WORDS = ("can't allocate memory", "cannot allocate memory", "out of memory")
-M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8  # glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters (malloc.h)
 ARENAS = 2
-MMAP_THRESHOLD = 1 << 20
+MMAP_THRESHOLD = 8 << 20
+TRIM_THRESHOLD = 256 << 20
 #: glibc's own settings: a user who gives any of them keeps the allocator as they set it.
 ALLOCATOR_ENV = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
@@ -35,17 +36,23 @@ def _libc() -> ctypes.CDLL | None:
 
 @functools.cache
 def hold_down_allocator() -> bool:
-    """Two malloc arenas, and blocks of ``MMAP_THRESHOLD`` (1 MiB) or more mapped on their own, so that
-    freeing one hands it back to the system; True where glibc took both settings. Called before the
+    """Two malloc arenas; blocks of ``MMAP_THRESHOLD`` (8 MiB) or more mapped on their own, so that
+    freeing one hands it back to the system; up to ``TRIM_THRESHOLD`` (256 MiB) of free memory kept
+    at a heap's top for the next pass. True where glibc took the settings. Called before the
     workers' threads start (``LocalServiceClient``): by default glibc gives each thread a heap of its
     own (up to 8 per core) and keeps what a pass freed there, so a SmolLM2 tool run's resident
-    memory grew to 6.8 GB after two RL steps (4.4 GB with these settings, same steps, same process;
-    research/notes/tool-use.md). A user who sets ``MALLOC_ARENA_MAX`` or another of glibc's
-    ``MALLOC_*`` variables keeps their own; elsewhere than glibc this does nothing."""
+    memory grew to 6.8 GB after two RL steps (4.4 GB with two arenas and a 1 MiB threshold, same
+    steps, same process; research/notes/tool-use.md). But a threshold of 1 MiB mapped and zeroed
+    every activation afresh: 14 million page faults in one ``forward_backward`` of a tool step, 16 of
+    its 63 CPU seconds in the kernel; at 8 MiB and with logits computed in blocks under it
+    (``scoring.MAX_LOGIT_FLOATS``) the same pass took 1 s in the kernel and 3.24 GB against 3.17.
+    A user who sets ``MALLOC_ARENA_MAX`` or another of glibc's ``MALLOC_*`` variables keeps their
+    own; elsewhere than glibc this does nothing."""
     libc = _libc()
     if libc is None or not hasattr(libc, "mallopt") or any(name in os.environ for name in ALLOCATOR_ENV):
         return False
-    return bool(libc.mallopt(M_ARENA_MAX, ARENAS)) and bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    settings = ((M_ARENA_MAX, ARENAS), (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return all([bool(libc.mallopt(name, value)) for name, value in settings])
 
 
 def trim() -> None:

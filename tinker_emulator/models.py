@@ -42,10 +42,11 @@ from tinker import types
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from tinker_emulator import precision
+from tinker_emulator import attention, precision
 from tinker_emulator.futures import ROLES, SAMPLING, TRAINING, Worker, get_worker, worker_busy
 from tinker_emulator.hf_models import cache_dir, cached_models, cached_snapshot
 from tinker_emulator.model_names import CATALOGUE_FILE, SMOLLM2, TINY_CHAT
+from tinker_emulator.prefill import worth_sharing
 from tinker_emulator.turn_cache import TurnCache
 
 logger = logging.getLogger("tinker_emulator")
@@ -383,6 +384,8 @@ def load_model(name: str, device: torch.device, role: str = TRAINING) -> LoadedM
             model = model.to(device)
             dtype = precision.weights_dtype(sum(p.numel() for p in model.parameters()), device)
             precision.hold(model, dtype)
+            if worth_sharing(model):
+                attention.use(model)  # before the copies: each copies the setting
             shared = {id(t): t for t in (*model.parameters(), *model.buffers())}  # deepcopy keeps these
             tokenizer = load_tokenizer(name)
             for each in ROLES:

@@ -168,7 +168,7 @@ def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch
 
     monkeypatch.setattr(kv_cache, "hidden", counting)
     monkeypatch.setattr(scoring, "MAX_PASS_POSITIONS", 8)
-    vocab = scoring.MAX_LOGIT_FLOATS // 3  # logits of 3 positions at a time
+    vocab = scoring.HEAD_BLOCK_FLOATS // 3  # logits of 3 positions at a time
     assert_shared_equals_plain(monkeypatch, model, inputs, targets, vocab_size=vocab)
     prefix_passes = [shape for continued, shape in passes if not continued]
     suffix_passes = [shape for continued, shape in passes if continued]

@@ -7,7 +7,7 @@ import torch
 from tinker import types
 
 from tests.helpers.local import CHAT, rl_datum
-from tinker_emulator import SMOLLM2, LocalServiceClient
+from tinker_emulator import SMOLLM2, LocalServiceClient, attention
 from tinker_emulator.models import model_source
 
 
@@ -32,6 +32,7 @@ pytestmark = [
 def test_smollm2_samples_and_trains(tmp_path):
     service = LocalServiceClient(device="cpu", root=tmp_path)
     training = service.create_lora_training_client(base_model=SMOLLM2, rank=4, seed=0).result()
+    assert training._model.model.config._attn_implementation == attention.NAME  # a large model's attention
     tokenizer = training.get_tokenizer()
     prompt = tokenizer.encode(CHAT)
     assert len(tokenizer) == 49152 and tokenizer.convert_tokens_to_ids("<|im_end|>") in prompt
