@@ -45,14 +45,14 @@ def hold_down_allocator() -> bool:
     steps, same process; research/notes/tool-use.md). But a threshold of 1 MiB mapped and zeroed
     every activation afresh: 14 million page faults in one ``forward_backward`` of a tool step, 16 of
     its 63 CPU seconds in the kernel; at 8 MiB and with logits computed in blocks under it
-    (``scoring.MAX_LOGIT_FLOATS``) the same pass took 1 s in the kernel and 3.24 GB against 3.17.
+    (``scoring.HEAD_BLOCK_FLOATS``) the same pass took 1 s in the kernel and 3.24 GB against 3.17.
     A user who sets ``MALLOC_ARENA_MAX`` or another of glibc's ``MALLOC_*`` variables keeps their
     own; elsewhere than glibc this does nothing."""
     libc = _libc()
     if libc is None or not hasattr(libc, "mallopt") or any(name in os.environ for name in ALLOCATOR_ENV):
         return False
     settings = ((M_ARENA_MAX, ARENAS), (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-    return all([bool(libc.mallopt(name, value)) for name, value in settings])
+    return all([bool(libc.mallopt(name, value)) for name, value in settings])  # a list: every setting is tried
 
 
 def trim() -> None:

@@ -26,7 +26,7 @@ MAX_LOGIT_FLOATS = 1 << 24
 # peak against 3.17.
 HEAD_BLOCK_FLOATS = 1 << 20
 # Positions of one training pass of a model large enough to share prefixes (``worth_sharing``):
-# its logits are computed MAX_LOGIT_FLOATS at a time and not kept (``head_logprobs``), so what
+# its logits are computed HEAD_BLOCK_FLOATS at a time and not kept (``head_logprobs``), so what
 # bounds a pass is the rest of the model's activations; on SmolLM2 a pass of this many positions
 # runs its matmuls on rows of many sequences at once instead of one (the logits bound alone allowed
 # 341 positions: a multi-turn step's 230-token datums went one to a pass).
