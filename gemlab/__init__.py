@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+import tinker_emulator  # noqa: F401  (sets how PyTorch's threads wait, before anything loads PyTorch: tinker_emulator/openmp.py)
+
 # name -> the module that defines it
 _WHERE = {
     "get_service_client": "gemlab.backend",

@@ -18,6 +18,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tinker_emulator.model_names import SMOLLM2, TINY, TINY_CHAT, TINY_RANDOM
+from tinker_emulator.openmp import keep_threads_spinning
+
+keep_threads_spinning()  # before any module of the emulator loads PyTorch (openmp.py)
 
 if TYPE_CHECKING:
     from tinker_emulator.errors import LocalBackendError

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -46,6 +47,11 @@ from tinker_emulator.turn_cache import Memory
 
 # Rows generated together at most (bounds the KV cache of big models).
 MAX_ROWS = 64
+# A generation call's own cost in positions of prompt: what one more batch adds to sampling. Its
+# decoding steps' fixed part: SmolLM2-135M decodes a lone row in about 20 ms a token, so 48 tokens
+# cost about what 2,000 positions of its prompt pass do on a 2-core CPU; twice that, since a
+# prompt's positions often cost less than they count here (shared prefixes and kept turns run once).
+CALL_POSITIONS = 4096
 # Loop iterations a flush may wait for more requests before it runs anyway.
 MAX_SETTLE_HOPS = 64
 
@@ -110,6 +116,25 @@ def choose_tokens(
     most = min(max(r.top_logprobs for r in rows), logprobs.shape[-1])
     top = logprobs.topk(most, dim=-1) if most > 0 else None
     return tokens, logprobs.gather(-1, tokens[:, None])[:, 0], None if top is None else (top.indices, top.values)
+
+
+def generation_batches(lengths: Sequence[int], max_rows: int = MAX_ROWS) -> list[list[int]]:
+    """Indices of prompts of these lengths in batches of at most ``max_rows``, shortest first, cut
+    where padding every row of a batch to its longest costs more than one more call
+    (``CALL_POSITIONS``): a tool's 700-token reply then no longer pads the other rows' prompt pass
+    and keys and values, which it did to 63 rows of 250 tokens in a tool step."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    cost, start = [0] + [math.inf] * len(order), [0] * (len(order) + 1)
+    for end in range(1, len(order) + 1):  # the cheapest cuts of order[:end], the last batch order[i:end]
+        for i in range(max(0, end - max_rows), end):
+            total = cost[i] + CALL_POSITIONS + (end - i) * lengths[order[end - 1]]
+            if total < cost[end]:
+                cost[end], start[end] = total, i
+    batches, end = [], len(order)
+    while end:
+        batches.append(order[start[end] : end])
+        end = start[end]
+    return batches[::-1]
 
 
 def _hit_stop_string(row: Row, tokens: list[int], decode: Callable[[list[int]], str]) -> bool:

@@ -24,8 +24,17 @@ from tinker.types.topk_logprobs import TopkLogprobs
 
 from tinker_emulator import lora
 from tinker_emulator.errors import unavailable
-from tinker_emulator.generation import MAX_ROWS, Request, Row, RowResult, SampleBatcher, generate
+from tinker_emulator.generation import (
+    MAX_ROWS,
+    Request,
+    Row,
+    RowResult,
+    SampleBatcher,
+    generate,
+    generation_batches,
+)
 from tinker_emulator.models import LoadedModel
+from tinker_emulator.prefill import worth_sharing
 from tinker_emulator.scoring import scored_batches
 from tinker_emulator.turn_cache import Memory, budget_bytes
 
@@ -338,11 +347,11 @@ def _mask_before(logprobs: list[float | None], last_n: int | None) -> list[float
 
 def _run_group(requests: list[Request]) -> list[Any]:
     """All requests for one (model, adapter): generation in batches of up to ``MAX_ROWS`` rows
-    (sorted by prompt length), and one scoring pass for prompt logprobs."""
+    sorted by prompt length (a large model's cut where padding would cost more than a call:
+    ``generation_batches``), and one scoring pass for prompt logprobs."""
     jobs: list[_Job] = [r.payload for r in requests]
     lm, adapter = jobs[0].client._model, jobs[0].client._adapter
     rows = [row for job in jobs for row in job.rows]
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i].prompt))
     generated: list[Any] = [None] * len(rows)
     scored_jobs = [job for job in jobs if job.score]
 
@@ -351,8 +360,13 @@ def _run_group(requests: list[Request]) -> list[Any]:
 
     memory = Memory(lm.turns, adapter, (lora.version(lm, adapter), lm.dtype)) if rows and budget_bytes() else None
     with lora.active(lm, adapter) as model, torch.inference_mode():
-        for start in range(0, len(order), MAX_ROWS):
-            chunk = order[start : start + MAX_ROWS]
+        lengths = [len(row.prompt) for row in rows]
+        if worth_sharing(model):
+            batches = generation_batches(lengths)
+        else:  # the tiny models' recorded runs were sampled in these batches
+            order = sorted(range(len(rows)), key=lambda i: lengths[i])
+            batches = [order[start : start + MAX_ROWS] for start in range(0, len(order), MAX_ROWS)]
+        for chunk in batches:
             for i, result in zip(
                 chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory), strict=True
             ):

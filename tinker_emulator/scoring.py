@@ -11,7 +11,14 @@ import torch.nn.functional as F
 
 from tinker_emulator import kv_cache
 from tinker_emulator.prefill import worth_sharing
-from tinker_emulator.prefix_scoring import Cluster, SharedPrefixes, head_logprobs, sharing_plan, target_logprobs
+from tinker_emulator.prefix_scoring import (
+    Cluster,
+    SharedPrefixes,
+    head_logprobs,
+    micro_batches,
+    sharing_plan,
+    target_logprobs,
+)
 
 # Logits of one micro-batch stay under about this many floats (64 MB in float32; a pass holds a few
 # tensors of that size: the logits, their log-softmax and its gradient), so a 49k-token vocabulary
@@ -33,25 +40,6 @@ HEAD_BLOCK_FLOATS = 1 << 20
 MAX_PASS_POSITIONS = 1024
 
 
-def micro_batches(lengths: Sequence[int], budget: int, by_length: bool = False) -> Iterator[list[int]]:
-    """Index groups whose padded length times size stays within ``budget`` positions (a group of one
-    may exceed it): consecutive indices, or with ``by_length`` the indices from shortest to longest,
-    so that rows of like length share a pass (a ``preset=smollm2-tool`` step's suffixes run 6 to 142
-    positions: in order 45% of the suffix positions computed were padding, by length 26%)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i]) if by_length else range(len(lengths))
-    group: list[int] = []
-    longest = 0
-    for index in order:
-        length = lengths[index]
-        if group and max(longest, length) * (len(group) + 1) > budget:
-            yield group
-            group, longest = [], 0
-        group.append(index)
-        longest = max(longest, length)
-    if group:
-        yield group
-
-
 def scored_batches(
     model: Any, inputs: Sequence[Sequence[int]], targets: Sequence[torch.Tensor], pad_id: int, vocab_size: int
 ) -> Iterator[tuple[list[int], list[torch.Tensor]]]:
@@ -66,7 +54,7 @@ def scored_batches(
     # K target tokens per position (a 2-D target) need whole log-softmaxes: those passes stay within the logits bound
     by_chunks = large and all(target.ndim == 1 for target in targets)
     budget = MAX_PASS_POSITIONS if by_chunks else chunk
-    clusters = sharing_plan(inputs, targets) if large else [Cluster(tuple(range(len(inputs))), 0)]
+    clusters = sharing_plan(inputs, targets, budget) if large else [Cluster(tuple(range(len(inputs))), 0)]
     shared = [c for c in clusters if c.shared]
     # a prefix pass stays alive beside its rows' micro-batches: it takes at most half the budget,
     # and they what it leaves

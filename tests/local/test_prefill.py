@@ -111,15 +111,32 @@ def test_the_sharing_plan_runs_each_groups_problem_once_and_leaves_a_lone_row_pl
     problems = [preamble + list(range(200 + 10 * g, 210 + 10 * g)) for g in range(3)]  # 30 tokens each
     inputs = [problems[g] + [g, j, 1 + j % 2] for g in range(3) for j in range(4)] + [[7] * 40]
     targets = [torch.as_tensor(seq[1:] + [0]) for seq in inputs]
-    plan = sharing_plan(inputs, targets)
+    plan = sharing_plan(inputs, targets, 1024)
     assert sorted((sorted(c.rows), c.shared) for c in plan) == [
         ([0, 1, 2, 3], 30), ([4, 5, 6, 7], 30), ([8, 9, 10, 11], 30), ([12], 0)
     ]  # inputs agree on 31 tokens (the problem, then g), but the target at position 30 is the row's own
-    assert sharing_plan(inputs[:1], targets[:1]) == [Cluster((0,), 0)]
+    assert sharing_plan(inputs[:1], targets[:1], 1024) == [Cluster((0,), 0)]
     # targets that differ right after the inputs' common part shorten what is shared
     targets[1] = targets[1].clone()
     targets[1][25] = 99
-    assert {c.shared for c in sharing_plan(inputs[:4], targets[:4])} == {25}
+    assert {c.shared for c in sharing_plan(inputs[:4], targets[:4], 1024)} == {25}
+
+
+def test_one_long_row_does_not_stop_its_batch_sharing_prefixes():
+    """A tool's long reply makes one row of a step many times the others' length: the plan still
+    runs each group's problem once, since by-length micro-batches pad only that row's own pass (a
+    cost that padded every suffix to the longest left 40 of a step's 101 rows plain: 2x its time)."""
+    from tinker_emulator.prefix_scoring import sharing_plan
+
+    preamble = list(range(100, 120))
+    problems = [preamble + list(range(200 + 10 * g, 210 + 10 * g)) for g in range(4)]  # 30 tokens each
+    inputs = [problems[g] + [g, j, 1 + j % 3] for g in range(4) for j in range(8)]
+    inputs[4], inputs[5] = problems[0] + [0, 77, 1], problems[0] + [0, 77, 2] + [9] * 300  # a long tool reply
+    targets = [torch.as_tensor(seq[1:] + [0]) for seq in inputs]
+    plan = sharing_plan(inputs, targets, 64)  # not rows 4 and 5 sharing 31 tokens, the others plain
+    assert sorted((sorted(c.rows), c.shared) for c in plan) == [
+        (list(range(8 * g, 8 * g + 8)), 30) for g in range(4)
+    ]
 
 
 def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypatch):
@@ -134,7 +151,7 @@ def test_training_with_group_prefixes_gives_the_plain_loss_and_gradient(monkeypa
     inputs = [groups[0] + [3], groups[0] + [4, 5, 6], groups[1] + [7, 8], groups[1] + [9], [60, 61, 62]]
     targets = [torch.as_tensor(seq[1:] + [11]) for seq in inputs]
     monkeypatch.setattr(scoring, "worth_sharing", lambda m: True)
-    plan = scoring.sharing_plan(inputs, targets)
+    plan = scoring.sharing_plan(inputs, targets, 1024)
     assert sorted(c.shared for c in plan) == [0, 17, 21]  # two groups and the lone row
 
     assert_shared_equals_plain(monkeypatch, model, inputs, targets)
@@ -175,3 +192,17 @@ def test_a_prefix_runs_once_however_many_micro_batches_its_rows_take(monkeypatch
     assert sorted(prefix_passes) == [(1, 18), (1, 19)]  # each group's prefix once (the backward sends it its gradient)
     assert sum(rows for rows, _ in suffix_passes) == 5 and all(rows * width <= 8 for rows, width in suffix_passes)
     assert len(suffix_passes) >= 4  # the rows of a prefix spread over several micro-batches
+
+
+def test_generation_batches_cut_only_where_padding_costs_more_than_a_call():
+    """A tool step's turn: 63 prompts of 190-330 tokens and one of 900 (a tool's long reply): the
+    long one goes alone instead of padding 63 rows to 900; prompts of like length stay one batch;
+    no batch exceeds its rows, every prompt comes once."""
+    from tinker_emulator.generation import generation_batches
+
+    lengths = [190 + (7 * i) % 140 for i in range(63)] + [900]
+    batches = generation_batches(lengths, max_rows=64)
+    assert [len(b) for b in batches] == [63, 1] and batches[1] == [63]
+    assert generation_batches(lengths[:63], max_rows=64) == [sorted(range(63), key=lambda i: lengths[i])]
+    batches = generation_batches([50] * 100, max_rows=64)
+    assert sorted(i for b in batches for i in b) == list(range(100)) and max(len(b) for b in batches) <= 64
