@@ -39,7 +39,8 @@ against float32, and the preset steps.
   (counted FLOPs at the per-core peak) and the memory floor (every decoding step reads the weights
   once, at the bandwidth of one thread copying 256 MB).
 - **the tool task** (``tool``): ``preset=smollm2-tool`` as it runs (the preset's warm-up first):
-  the 64-episode held-out evaluation, and RL steps of 64 two-turn episodes (sampling with GEM's
+  the 64-episode held-out evaluation, and RL steps (rounds of 64 episodes of up to two turns until
+  the preset's 128 transitions: two while the model seldom calls the tool; sampling with GEM's
   python tool in gemlab's sandbox, then the update), with the sampler/learner logprob gap; FLOPs
   counted on one more step.
 - **preset steps**: wall and CPU seconds of a ``preset=smollm2`` RL step (64 episodes; the base
@@ -786,8 +787,10 @@ def bench_tool(report: Report, steps: int, peaks: dict[torch.dtype, float]) -> N
     sample = statistics.median(r[2]["time/sample"] for r in rows)
     train = statistics.median(r[2]["time/train"] for r in rows)
     gap = statistics.median(r[2].get("train/logprob_diff_abs", float("nan")) for r in rows)
-    report.row(f"smollm2-tool RL step, {config.num_env} episodes (median of {steps})", wall, cpu, flops,
-               note=f"sampling {sample:.1f} s, training {train:.1f} s")
+    episodes = statistics.median(r[2]["sampler/num_episodes"] for r in rows)
+    turns = statistics.median(r[2]["sampler/num_turns_per_episode"] for r in rows)
+    label = f"smollm2-tool RL step, {episodes:.0f} episodes of {turns:.2f} turns (median of {steps})"
+    report.row(label, wall, cpu, flops, note=f"sampling {sample:.1f} s, training {train:.1f} s")
     print(f"  sampler/learner mean |logprob diff| {gap:.4f} nats ({dtype}); peak RSS so far {peak_rss_gb():.2f} GB")
 
 
