@@ -428,7 +428,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         warmup_learning_rate=1e-3,
         warmup_data="own_code",
         max_steps=100,
-        max_minutes=30,  # a learner's time: 100 steps at 79-85 s each (a quiet 2-core AMD EPYC, bfloat16) take over 2 hours
+        max_minutes=30,  # a learner's time: 100 steps at 79-85 s each (a quiet 2-core AMD EPYC) take over 2 hours
     ),
     # SmolLM2-135M-Instruct learning GEM's GuessTheNumber-easy (1-10 in 4 turns) by RL, scored on 64
     # fixed games against GEM's random player on the same games (gemlab.evaluate.random_play: 0.34).
