@@ -269,9 +269,10 @@ class RunFolder:
         if (self.path / MARKER_FILE).is_file() or (self.path / CONFIG_FILE).is_file():
             return  # a gemlab run (one made before the marker existed holds config.json)
         try:
-            foreign = sorted(p.name for p in self.path.iterdir() if p.name not in (LOCK_FILE, MARKER_FILE))
+            held = [p for p in self.path.iterdir() if p.name not in (LOCK_FILE, MARKER_FILE) and not _staged(p)]
         except OSError as error:
             raise RunFolderError(f"cannot read {self.path} ({os_reason(error)}); choose another log_dir") from None
+        foreign = sorted(p.name for p in held)
         if foreign:
             shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
             raise RunFolderError(
@@ -564,3 +565,9 @@ def _valid_line(line: dict[str, Any]) -> bool:
         and isinstance(line.get("state_path"), str)
         and bool(line["state_path"])
     )
+
+
+def _staged(path: Path) -> bool:
+    """Whether ``path`` is one of gemlab's own files being written (``atomic_write_text``'s staging
+    name): another runner opening the folder at that moment writes its marker so."""
+    return any(path.name.startswith(f".{name}.tmp-") for name in WRITTEN_FILES)

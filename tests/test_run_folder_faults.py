@@ -504,6 +504,20 @@ def test_two_study_runners_on_one_folder_delete_nothing(tmp_path: Path) -> None:
         assert steps == [0, 1, 2], run
 
 
+def test_a_folder_whose_marker_another_runner_is_writing_is_not_foreign(tmp_path: Path) -> None:
+    """The race the test above can meet: one runner holds the lock and is writing its marker (the
+    staged ``..gemlab-run.tmp-PID``) as the other looks in: gemlab's own file being written, not
+    someone else's folder. A file of anyone else's is still refused."""
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / ".lock").write_text("")
+    (run / "..gemlab-run.tmp-13823").write_text("{")
+    RunFolder(str(tmp_path), "r")._refuse_foreign()
+    (run / "notes.txt").write_text("mine")
+    with pytest.raises(Exception, match="is not a gemlab run folder"):
+        RunFolder(str(tmp_path), "r")._refuse_foreign()
+
+
 def test_export_run_keeps_the_record_and_refuses_a_folder_of_someone_elses(tmp_path: Path) -> None:
     """Benchmarks keep finished runs in data/ through ``export_run``: config and metrics only, under
     the target's lock; a target holding other files is refused and left byte for byte as it was."""
