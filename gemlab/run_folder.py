@@ -103,9 +103,14 @@ def run_dir_for(log_dir: str, run_name: str) -> Path:
 
 
 # ----- files that are never half-written ----------------------------------------------------
+def staging_prefix(name: str) -> str:
+    """How the name of ``atomic_write_text``'s half-written copy of the file ``name`` begins."""
+    return f".{name}.tmp-"
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` by write-then-rename: a kill leaves the old file or the new one."""
-    staging = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    staging = path.with_name(f"{staging_prefix(path.name)}{os.getpid()}")
     with open(staging, "w") as f:
         f.write(text)
         f.flush()
@@ -518,9 +523,9 @@ class RunFolder:
     def _remove_staging(self) -> None:
         """Remove what a killed ``atomic_write_text`` left of gemlab's own files."""
         for name in WRITTEN_FILES:
-            for staging in self.path.glob(f".{name}.tmp-*"):
+            for staging in self.path.glob(f"{staging_prefix(name)}*"):
                 staging.unlink(missing_ok=True)
-        for staging in self.path.glob(f"{RECORDS_DIR}/.*.jsonl.tmp-*"):
+        for staging in self.path.glob(f"{RECORDS_DIR}/{staging_prefix('*.jsonl')}*"):
             staging.unlink(missing_ok=True)
 
 
@@ -570,4 +575,4 @@ def _valid_line(line: dict[str, Any]) -> bool:
 def _staged(path: Path) -> bool:
     """Whether ``path`` is one of gemlab's own files being written (``atomic_write_text``'s staging
     name): another runner opening the folder at that moment writes its marker so."""
-    return any(path.name.startswith(f".{name}.tmp-") for name in WRITTEN_FILES)
+    return any(path.name.startswith(staging_prefix(name)) for name in WRITTEN_FILES)
