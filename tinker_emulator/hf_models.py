@@ -53,4 +53,3 @@ def _snapshot(name: str, cache_dir: str) -> Path | None:
     if (folder / "config.json").is_file() and any((folder / f).is_file() for f in WEIGHT_FILES):
         return folder
     return None
-

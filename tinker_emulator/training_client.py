@@ -21,10 +21,11 @@ from tinker import TrainingClient, types
 from tinker.lib.public_interfaces.api_future import APIFuture
 from tinker.lib.public_interfaces.custom_loss import LossHandle, check_loss_inputs, run_loss_handle
 
-from tinker_emulator import checkpoints, lora
+from tinker_emulator import checkpoints, lora, memory
 from tinker_emulator.futures import SAMPLING, ClientFuture, client_future, get_worker, run_in_order, then
 from tinker_emulator.losses import loss_spec, resolve_config
 from tinker_emulator.models import LoadedModel, load_model
+from tinker_emulator.prefill import worth_sharing
 from tinker_emulator.sampling_client import LocalSamplingClient, release_adapter
 from tinker_emulator.scoring import scored_batches
 
@@ -397,25 +398,27 @@ class LocalTrainingClient(TrainingClient):
             outputs: dict[int, dict[str, types.TensorData]] = {}
             total = 0.0
             kept = self._gradients() if backward else None
-            try:
-                with lora.active(self._model, self._adapter) as model, torch.set_grad_enabled(backward):
-                    for group, logprobs in self._logprobs(model, batch):
-                        losses = [
-                            spec.fn(lp, _on(batch.tensors[i], lp.device), resolved)
-                            for i, lp in zip(group, logprobs, strict=True)
-                        ]
-                        loss = torch.stack([elementwise.sum() for elementwise in losses]).sum()
-                        if backward:
-                            loss.backward()
-                        total += float(loss.detach())
-                        outputs.update(
-                            (i, _outputs(lp, elementwise))
-                            for i, lp, elementwise in zip(group, logprobs, losses, strict=True)
-                        )
-            except BaseException:
-                if kept is not None:  # a call that fails part way (out of memory, a bad datum late) adds nothing
-                    self._restore_gradients(kept)
-                raise
+            # a large model's pass starts with what the sampler freed handed back, and hands its own back
+            with memory.handed_back(worth_sharing(self._model.model)):
+                try:
+                    with lora.active(self._model, self._adapter) as model, torch.set_grad_enabled(backward):
+                        for group, logprobs in self._logprobs(model, batch):
+                            losses = [
+                                spec.fn(lp, _on(batch.tensors[i], lp.device), resolved)
+                                for i, lp in zip(group, logprobs, strict=True)
+                            ]
+                            loss = torch.stack([elementwise.sum() for elementwise in losses]).sum()
+                            if backward:
+                                loss.backward()
+                            total += float(loss.detach())
+                            outputs.update(
+                                (i, _outputs(lp, elementwise))
+                                for i, lp, elementwise in zip(group, logprobs, losses, strict=True)
+                            )
+                except BaseException:
+                    if kept is not None:  # a call that fails part way (out of memory, a bad datum late) adds nothing
+                        self._restore_gradients(kept)
+                    raise
             return types.ForwardBackwardOutput(
                 loss_fn_output_type="ArrayRecord",
                 loss_fn_outputs=[outputs[i] for i in range(len(outputs))],

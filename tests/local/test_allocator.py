@@ -53,3 +53,25 @@ def test_the_backend_holds_the_allocator_to_two_heaps_unless_the_user_set_it(tmp
     assert default > ARENAS  # what it prevents: a heap per thread
     kept, said = heaps("held", tmp_path, MALLOC_ARENA_MAX="4")  # the user's own setting stands
     assert said == "False" and ARENAS < kept <= 4
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_a_large_models_training_pass_hands_freed_memory_back_before_and_after(
+    large: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sampler and the learner free into different heaps; trimmed around the pass, their peaks do not add up.
+    from tinker import types
+
+    from tinker_emulator import LocalServiceClient, memory
+    from tinker_emulator import training_client as training
+
+    calls: list[str] = []
+    monkeypatch.setattr(memory, "trim", lambda: calls.append("trim"))
+    monkeypatch.setattr(training, "worth_sharing", lambda model: large)
+    client = LocalServiceClient().create_lora_training_client(base_model="gemlab/tiny", rank=4, seed=0)
+    datum = types.Datum(
+        model_input=types.ModelInput.from_ints([1, 2, 3]),
+        loss_fn_inputs={"target_tokens": [2, 3, 4], "weights": [1.0, 1.0, 1.0]},
+    )
+    client.forward_backward([datum], "cross_entropy").result()  # waited for: the worker has finished
+    assert calls == (["trim", "trim"] if large else [])
