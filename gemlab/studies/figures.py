@@ -28,6 +28,7 @@ from gemlab.studies.definitions import (
     LEARNING_RATES,
     METHOD_LABELS,
     METHODS,
+    SMOLLM2_GAMES,
     SMOLLM2_LABELS,
 )
 from gemlab.studies.evaluation import read_evaluations
@@ -45,6 +46,7 @@ TABLE_METRICS = {
     "tuning": ("success",),
     "algorithms": ("success",),
     "smollm2": ("success",),
+    "smollm2-gamma": ("success", "turns_per_won_game", "turns_per_game"),
 }
 ALPHA = 0.05
 
@@ -266,13 +268,25 @@ def _env_panels(n: int, width: float, height: float) -> tuple[Any, list[plt.Axes
     return fig, list(axes.flat[:n])
 
 
-def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
+def gamma_figure(
+    folder: str | Path,
+    *,
+    smoothing: int = 5,
+    numbers: int = 20,
+    turns: int = 20,
+    title: str = "GuessTheNumber 1-20 (20 turns), REINFORCE + ReBN: the discount factor",
+    arms: str = "",
+    into: Any = None,
+) -> Any:
     """Training success rate and turns per won episode per gamma (mean and 95% interval over
-    seeds), with the exact turns of binary search and of the random consistent player as
-    horizontal lines; and, when the runs have them, turns per won game on the fixed set."""
-    groups = group_runs(load_study(folder))
+    seeds), with the exact turns of binary search and of the random consistent player on
+    ``numbers`` numbers in ``turns`` turns as horizontal lines; and, when the runs have them, turns
+    per won game on the fixed set. Only the arms whose names start with ``arms``; drawn ``into`` a
+    (sub)figure when given, else a new figure."""
+    groups = {arm: runs for arm, runs in group_runs(load_study(folder)).items() if arm.startswith(arms)}
     has_eval = any(read_evaluations(run.path) for runs in groups.values() for run in runs)
-    fig, axes = plt.subplots(1, 3 if has_eval else 2, figsize=(19 if has_eval else 13, 4.5), constrained_layout=True)
+    fig = into or plt.figure(figsize=(19 if has_eval else 13, 4.5), constrained_layout=True)
+    axes = fig.subplots(1, 3 if has_eval else 2)
     plots.plot_seed_bands(_frames(groups), "sampler/success_rate", smoothing=smoothing, ax=axes[0], band="ci95")
     axes[0].set_ylim(0, 1.02)
     turn_axes = [axes[1]]
@@ -284,12 +298,33 @@ def gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
         turn_axes.append(axes[2])
     for ax in turn_axes:
         for player, style in ((binary_search, "--"), (random_consistent, ":")):
-            turns = float(player(20, 20).turns_when_won)
-            ax.axhline(
-                turns, color="black", ls=style, lw=1.2, label=f"{player.__name__.replace('_', ' ')}: {turns:.2f}"
-            )
+            won = float(player(numbers, turns).turns_when_won)
+            ax.axhline(won, color="black", ls=style, lw=1.2, label=f"{player.__name__.replace('_', ' ')}: {won:.2f}")
         ax.legend()
-    fig.suptitle("GuessTheNumber 1-20 (20 turns), REINFORCE + ReBN: the discount factor")
+    fig.suptitle(title)
+    return fig
+
+
+def smollm2_gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
+    """The ``smollm2-gamma`` study: ``gamma_figure`` for each of its games that has runs, one above the other."""
+    arms = group_runs(load_study(folder))
+    games = {
+        name: shape for name, shape in SMOLLM2_GAMES.items() if any(a.startswith(f"smollm2-{name}-") for a in arms)
+    }
+    if not games:
+        raise ValueError(f"{folder} holds no run of the smollm2-gamma study's games ({', '.join(SMOLLM2_GAMES)})")
+    fig = plt.figure(figsize=(19, 4.8 * len(games)), constrained_layout=True)
+    panels = fig.subfigures(len(games), 1, squeeze=False).flat
+    for sub, (game, (_, numbers, turns)) in zip(panels, games.items(), strict=True):
+        gamma_figure(
+            folder,
+            smoothing=smoothing,
+            numbers=numbers,
+            turns=turns,
+            title=f"SmolLM2-135M-Instruct on GuessTheNumber 1-{numbers} ({turns} turns), GRPO: the discount factor",
+            arms=f"smollm2-{game}-",
+            into=sub,
+        )
     return fig
 
 
@@ -362,4 +397,10 @@ def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     return fig
 
 
-FIGURES = {"gamma": gamma_figure, "tuning": tuning_figure, "algorithms": algorithms_figure, "smollm2": smollm2_figure}
+FIGURES = {
+    "gamma": gamma_figure,
+    "tuning": tuning_figure,
+    "algorithms": algorithms_figure,
+    "smollm2": smollm2_figure,
+    "smollm2-gamma": smollm2_gamma_figure,
+}

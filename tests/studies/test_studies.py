@@ -11,14 +11,29 @@ import pytest
 
 import gemlab.evaluate
 from gemlab import make_config
-from gemlab.env_ids import GUESS_20, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
+from gemlab.env_ids import GUESS_20, GUESS_20_IN_7, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.step import prepare_transitions
 from gemlab.studies import evaluation
-from gemlab.studies.definitions import CONTRASTS, LEARNING_RATES, SMOLLM2_SEEDS, TUNING_SEEDS, Run, study_runs
+from gemlab.studies.definitions import (
+    CONTRASTS,
+    LEARNING_RATES,
+    SMOLLM2_GAMMA_SEEDS,
+    SMOLLM2_SEEDS,
+    TUNING_SEEDS,
+    Run,
+    study_runs,
+)
 from gemlab.studies.evaluation import read_evaluations
-from gemlab.studies.figures import best_learning_rates, contrast_table, group_runs, outcome_table, smollm2_figure
+from gemlab.studies.figures import (
+    FIGURES,
+    best_learning_rates,
+    contrast_table,
+    group_runs,
+    outcome_table,
+    smollm2_figure,
+)
 from gemlab.studies.runner import estimate_seconds, run_studies
 from gemlab.tiny.registry import TINY_SUMS
 from gemlab.trainer import Trainer
@@ -112,6 +127,63 @@ def test_the_smollm2_study_pairs_three_advantages_on_the_preset_and_scores_held_
         "smollm2-rebn - smollm2-grpo: success",
         "smollm2-reinforce - smollm2-grpo: success",
     }
+
+
+def test_the_smollm2_gamma_study_pairs_three_discounts_on_two_games():
+    runs = study_runs("smollm2-gamma", "/x")
+    # issue 56: at least 8 paired seeds per discount, gamma 0.5 / 0.9 / 1.0, on the easy game and on 1-20
+    assert len(runs) == 2 * 3 * len(SMOLLM2_GAMMA_SEEDS) and len(SMOLLM2_GAMMA_SEEDS) >= 8
+    by_name = {run.name: run for run in runs}
+    preset = make_config("smollm2-guess")
+    for game, env_id in (("easy", GUESS_EASY), ("1to20", GUESS_20_IN_7)):
+        for seed in SMOLLM2_GAMMA_SEEDS:  # a seed's three runs on a game differ in gamma and nothing else
+            configs = [by_name[f"smollm2-{game}-gamma{g}-seed{seed}"].config for g in (0.5, 0.9, 1.0)]
+            assert [c.gamma for c in configs] == [0.5, 0.9, 1.0]
+            fields = [{k: v for k, v in chz.asdict(c).items() if k not in ("gamma", "run_name")} for c in configs]
+            assert fields[0] == fields[1] == fields[2] and configs[0].seed == seed
+            assert (configs[0].env_id, configs[0].eval_env_id) == (env_id, env_id)
+    config = runs[0].config
+    # the preset's model, batch of 128 transitions and groups; a fixed step count (no time limit), so
+    # every arm of a seed makes the same number of updates
+    assert (config.model_name, config.batch_size, config.group_size, config.advantage) == (
+        preset.model_name, 128, preset.group_size, preset.advantage)  # fmt: skip
+    assert (config.max_minutes, config.max_steps, config.eval_every, runs[0].eval_games) == (None, 16, 0, 64)
+    assert {c.name for c in CONTRASTS["smollm2-gamma"]} == {
+        f"smollm2-{game}-gamma{g} - smollm2-{game}-gamma1.0: {metric}"
+        for game in ("easy", "1to20")
+        for g in (0.5, 0.9)
+        for metric in ("turns_per_won_game", "success")
+    }
+    assert {c.metric: c.lower_is_better for c in CONTRASTS["smollm2-gamma"]} == {
+        "turns_per_won_game": True,
+        "success": False,
+    }
+
+
+def test_the_1_to_20_game_in_7_turns_is_gems_game_with_those_bounds():
+    env = make_envs(GUESS_20_IN_7, 1, seed=0)[0]
+    assert (env.min_number, env.max_number, env.max_turns) == (1, 20, 7)
+
+
+def test_the_smollm2_gamma_figure_draws_each_game_with_its_bisection_line(tmp_path):
+    root = tmp_path / "smollm2-gamma"
+    row = {"sampler/success_rate": 0.3, "sampler/num_turns_per_won_episode": 3.0}
+    for seed in range(2):
+        for game in ("easy", "1to20"):
+            for gamma in (0.5, 1.0):
+                _fake_run(root, f"smollm2-{game}-gamma{gamma}", seed, [0.3] * 4)
+                (root / f"smollm2-{game}-gamma{gamma}-seed{seed}" / "metrics.jsonl").write_text(
+                    "".join(json.dumps({"step": i, **row}) + "\n" for i in range(4))
+                )
+    figure = FIGURES["smollm2-gamma"](root)
+    easy, hard = figure.subfigs
+    assert easy.get_suptitle().startswith("SmolLM2-135M-Instruct on GuessTheNumber 1-10 (4 turns)")
+    assert hard.get_suptitle().startswith("SmolLM2-135M-Instruct on GuessTheNumber 1-20 (7 turns)")
+    # bisection wins every game of 1-10 in 4 turns in 2.9 turns on average (29 over the 10 numbers); of 1-20 in 3.7
+    assert "binary search: 2.90" in {line.get_label() for line in easy.axes[1].get_lines()}
+    assert "binary search: 3.70" in {line.get_label() for line in hard.axes[1].get_lines()}
+    legend = [t.get_text() for t in easy.axes[0].get_legend().get_texts()]
+    assert legend == ["smollm2-easy-gamma0.5 (n=2)", "smollm2-easy-gamma1.0 (n=2)"]  # each game's own arms only
 
 
 def test_a_study_evaluation_plays_the_runs_held_out_env(tmp_path, monkeypatch):
