@@ -124,9 +124,12 @@ def paired_contrast(treatment: Sequence[float], control: Sequence[float], *, see
     """Mean of ``treatment[i] - control[i]`` (seed ``i`` of each arm) with its 95% paired
     bootstrap interval and the exact (up to 2**13 seeds' sign flips, else sampled) two-sided
     sign-flip permutation p."""
+    if len(treatment) != len(control):
+        raise ValueError(f"paired arms need the same seeds: got {len(treatment)} and {len(control)} values")
+    if len(treatment) < 2:  # no seed, or a pilot's one: both of its sign flips are as extreme, so p is 1
+        difference = float(treatment[0]) - float(control[0]) if len(treatment) else float("nan")
+        return Contrast(difference, float("nan"), float("nan"), 1.0, len(treatment))
     x, y = _clean(treatment), _clean(control)
-    if len(x) != len(y):
-        raise ValueError(f"paired arms need the same seeds: got {len(x)} and {len(y)} values")
     difference = float(np.mean(x - y))
     test = stats.permutation_test(
         (x, y),
@@ -137,7 +140,7 @@ def paired_contrast(treatment: Sequence[float], control: Sequence[float], *, see
         alternative="two-sided",
         rng=np.random.default_rng(seed),
     )
-    if len(x) < 2 or np.all(x - y == (x - y)[0]):
+    if np.all(x - y == (x - y)[0]):
         return Contrast(difference, float("nan"), float("nan"), float(test.pvalue), len(x))
     ci = stats.bootstrap(
         (x, y),

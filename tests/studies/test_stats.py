@@ -20,6 +20,14 @@ def test_paired_sign_flip_p_is_exact():
         stats.paired_contrast([1, 2], [1])
 
 
+def test_a_pilots_single_seed_gives_its_difference_and_p_1():
+    # one pair: flipping its sign gives the same |mean|, so both of the two flips are as extreme
+    one = stats.paired_contrast([0.75], [0.5])
+    assert (one.difference, one.p, one.n) == (0.25, 1.0, 1) and math.isnan(one.low) and math.isnan(one.high)
+    none = stats.paired_contrast([], [])
+    assert math.isnan(none.difference) and none.p == 1.0 and none.n == 0
+
+
 def test_unpaired_permutation_p_counts_the_two_most_extreme_splits():
     # 20 ways to split six values 3/3; only {1,2,3} / {4,5,6} and its mirror are as extreme
     assert stats.unpaired_contrast([1, 2, 3], [4, 5, 6]).p == pytest.approx(2 / 20)
