@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from tinker_emulator import kv_cache
+from tinker_emulator.decoding import Decoder
 from tinker_emulator.futures import LANE, SAMPLING, Worker, get_worker, on_a_worker_thread
 from tinker_emulator.prefill import prefill, worth_sharing
 from tinker_emulator.turn_cache import Memory
@@ -145,12 +146,18 @@ def _hit_stop_string(row: Row, tokens: list[int], decode: Callable[[list[int]], 
 
 @torch.inference_mode()
 def generate(
-    model: Any, rows: Sequence[Row], pad_id: int, decode: Callable[[list[int]], str], memory: Memory | None = None
+    model: Any,
+    rows: Sequence[Row],
+    pad_id: int,
+    decode: Callable[[list[int]], str],
+    memory: Memory | None = None,
+    decoder: Decoder | None = None,
 ) -> list[RowResult]:
     """Sample every row to its end in one batch with a KV cache (the prompts' shared prefix
     computed once, see ``prefill.py``). With a ``memory`` of earlier turns (``turn_cache.py``), a
     prompt that extends a sequence kept there starts from its keys and values, and every row's
-    own are kept there when it ends."""
+    own are kept there when it ends. A ``decoder`` (``decoding.py``) runs the decoding steps in
+    place of the Hugging Face model."""
     device = model.device
     prompts = [row.prompt for row in rows]
     known = [memory.find(prompt) for prompt in prompts] if memory is not None else None
@@ -187,10 +194,13 @@ def generate(
             tokens, mask, next_position = tokens[kept], mask[kept], next_position[kept]
             live = [live[j] for j in keep]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
-        out, cache = kv_cache.forward(
-            model, cache, input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None]
-        )
-        logits = out.logits[:, -1].float()
+        if decoder is not None:
+            logits = decoder.step(cache, tokens, mask, next_position)
+        else:
+            out, cache = kv_cache.forward(
+                model, cache, input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None]
+            )
+            logits = out.logits[:, -1].float()
         next_position = next_position + 1
 
 

@@ -81,12 +81,24 @@ def _stored_in(dtype: torch.dtype) -> type:
             self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
         ) -> Any:
             key_states, value_states = key_states.to(dtype), value_states.to(dtype)
-            layers = getattr(self, "layers", ())
-            if layer_idx < len(layers) and type(layers[layer_idx]) is _DynamicLayer and _filled(layers[layer_idx]):
-                return _grow(self, layers[layer_idx], layer_idx, key_states, value_states)
+            if _growable(self, layer_idx):
+                return _grow(self, self.layers[layer_idx], layer_idx, key_states, value_states)
             return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
     return StoredIn
+
+
+def append(cache: Any, index: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append keys and values to layer ``index`` of ``cache`` (into room to grow where the layer
+    has it, see ``_grow``); returns the layer's keys and values so far."""
+    if _growable(cache, index):
+        return _grow(cache, cache.layers[index], index, keys, values)
+    return cache.update(keys, values, index)
+
+
+def _growable(cache: Any, index: int) -> bool:
+    layers = getattr(cache, "layers", ())
+    return index < len(layers) and type(layers[index]) is _DynamicLayer and _filled(layers[index])
 
 
 def _filled(layer: Any) -> bool:

@@ -22,7 +22,7 @@ from tinker import SamplingClient, types
 from tinker.lib.public_interfaces.api_future import APIFuture, AwaitableConcurrentFuture
 from tinker.types.topk_logprobs import TopkLogprobs
 
-from tinker_emulator import lora
+from tinker_emulator import decoding, lora
 from tinker_emulator.errors import unavailable
 from tinker_emulator.generation import (
     MAX_ROWS,
@@ -361,14 +361,16 @@ def _run_group(requests: list[Request]) -> list[Any]:
     memory = Memory(lm.turns, adapter, (lora.version(lm, adapter), lm.dtype)) if rows and budget_bytes() else None
     with lora.active(lm, adapter) as model, torch.inference_mode():
         lengths = [len(row.prompt) for row in rows]
+        decoder = None
         if worth_sharing(model):
             batches = generation_batches(lengths)
-        else:  # the tiny models' recorded runs were sampled in these batches
+            decoder = decoding.for_model(model, lm.dtype, lm.use_threads) if rows else None
+        else:  # the tiny models' recorded runs were sampled in these batches, through Hugging Face
             order = sorted(range(len(rows)), key=lambda i: lengths[i])
             batches = [order[start : start + MAX_ROWS] for start in range(0, len(order), MAX_ROWS)]
         for chunk in batches:
             for i, result in zip(
-                chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory), strict=True
+                chunk, generate(model, [rows[i] for i in chunk], lm.pad_token_id, decode, memory, decoder), strict=True
             ):
                 generated[i] = result
         scores = dict(zip(map(id, scored_jobs), _score(model, lm, [job.tokens for job in scored_jobs]), strict=True))
