@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.nn import functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
@@ -27,6 +28,8 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 NAME = "gemlab_cpu"
 # Scores of one layer's pass (batch x heads x queries x keys) that may run plainly: 16 MB of float32.
 PLAIN_MAX_SCORES = 1 << 22
+# Scores of one block of ``attend``: 8 MiB of float32, within the allocator's mmap threshold (memory.py).
+BLOCK_SCORES = 1 << 21
 
 
 def attention(
@@ -48,6 +51,24 @@ def attention(
     if not plain:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     return _plain(query, key, value, attention_mask, scaling if scaling is not None else query.shape[-1] ** -0.5), None
+
+
+def attend(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, visible: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention without Hugging Face's module around it (``decoding.py``'s prompt passes):
+    ``(batch, heads, queries, head_dim)`` queries, ``(batch, key_heads, keys, head_dim)`` keys and
+    values, ``visible`` a boolean mask ``(batch, 1, queries, keys)`` in which every query sees some
+    key. Plainly where the scores stay within ``BLOCK_SCORES``, else by the fused kernel. Returns
+    ``(batch, queries, heads, head_dim)``."""
+    batch, heads, queries, _ = query.shape
+    if batch * heads * queries * key.shape[2] <= BLOCK_SCORES:
+        return _plain(query, key, value, visible, scale)
+    groups = heads // key.shape[1]
+    out = F.scaled_dot_product_attention(
+        query, repeat_kv(key, groups), repeat_kv(value, groups), attn_mask=visible, scale=scale
+    )
+    return out.transpose(1, 2).contiguous()
 
 
 def _plain(

@@ -156,12 +156,14 @@ def generate(
     """Sample every row to its end in one batch with a KV cache (the prompts' shared prefix
     computed once, see ``prefill.py``). With a ``memory`` of earlier turns (``turn_cache.py``), a
     prompt that extends a sequence kept there starts from its keys and values, and every row's
-    own are kept there when it ends. A ``decoder`` (``decoding.py``) runs the decoding steps in
-    place of the Hugging Face model."""
+    own are kept there when it ends. A ``decoder`` (``decoding.py``) runs the prompt pass and the
+    decoding steps in place of the Hugging Face model."""
     device = model.device
     prompts = [row.prompt for row in rows]
     known = [memory.find(prompt) for prompt in prompts] if memory is not None else None
-    cache, logits, mask, next_position = prefill(model, prompts, pad_id, share=worth_sharing(model), known=known)
+    cache, logits, mask, next_position = prefill(
+        model, prompts, pad_id, share=worth_sharing(model), known=known, decoder=decoder
+    )
     results = [RowResult() for _ in rows]
     live = list(range(len(rows)))  # batch row -> index into rows
     while True:

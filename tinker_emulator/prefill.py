@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from tinker_emulator import kv_cache
+from tinker_emulator.decoding import Decoder
 from tinker_emulator.kv_cache import Pairs
 
 # A shared prefix shorter than this is not worth a separate model call.
@@ -54,11 +55,13 @@ def prefill(
     pad_id: int,
     share: bool = True,
     known: Sequence[tuple[int, Pairs] | None] | None = None,
+    decoder: Decoder | None = None,
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run the prompts; returns the KV cache, the last position's logits per row (float32), the
     attention mask so far and each row's next position. ``known[i]``, when given, holds the
     length and the keys and values (per layer ``(heads, length, head_dim)``) of a prefix of
-    ``prompts[i]`` computed before."""
+    ``prompts[i]`` computed before. A ``decoder`` (``decoding.py``) runs the passes in place of
+    the Hugging Face model."""
     known = list(known) if known is not None else [None] * len(prompts)
     if share:
         distinct: dict[tuple[int, ...], int] = {}
@@ -66,7 +69,12 @@ def prefill(
         if len(distinct) < len(prompts):  # each distinct prompt once, then a cache row per prompt
             first = {row: i for i, row in reversed(list(enumerate(row_of)))}
             cache, logits, mask, next_position = prefill(
-                model, [list(p) for p in distinct], pad_id, share, [known[first[row]] for row in range(len(distinct))]
+                model,
+                [list(p) for p in distinct],
+                pad_id,
+                share,
+                [known[first[row]] for row in range(len(distinct))],
+                decoder,
             )
             index = torch.as_tensor(row_of, device=model.device)
             cache.reorder_cache(index)
@@ -79,7 +87,9 @@ def prefill(
     cache = kv_cache.for_sampling(model)
     if shared:
         prefix = torch.as_tensor([list(prompts[fresh[0]][:shared])], dtype=torch.long, device=device)
-        cache = kv_cache.forward(model, cache, input_ids=prefix, logits_to_keep=1)[1]
+        cache, _ = _pass(
+            model, decoder, cache, prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None]
+        )
     if len(fresh) < len(prompts):  # rows that start from what they know, the others from the shared prefix
         prefix_pairs = [(k[0], v[0]) for k, v in kv_cache.tensors(cache)] if shared else None
         starts = [shared if k is None else k[0] for k in known]
@@ -100,7 +110,17 @@ def prefill(
         mask[i, past + width - len(suffix) :] = 1
         positions[i, width - len(suffix) :] = torch.arange(start, start + len(suffix))
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+    cache, logits = _pass(model, decoder, cache, ids, mask, positions)
+    return cache, logits, mask, positions[:, -1] + 1
+
+
+def _pass(
+    model: Any, decoder: Decoder | None, cache: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor
+) -> tuple[Any, torch.Tensor]:
+    """One pass of ``ids`` continuing ``cache``: the grown cache and each row's last logits (float32)."""
+    if decoder is not None:
+        return cache, decoder.extend(cache, ids, mask, positions)
     out, cache = kv_cache.forward(
         model, cache, input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
     )
-    return cache, out.logits[:, -1].float(), mask, positions[:, -1] + 1
+    return cache, out.logits[:, -1].float()
