@@ -168,7 +168,7 @@ class Decoder:
             keys, values = kv_cache.append(cache, index, keys, values)
             for r, p in blocks:
                 if new == 1:
-                    attended = self._attend_one(queries, keys, values, visible)
+                    attended = self._attend_one(queries[r], keys[r], values[r], visible[r])
                 else:
                     cut = keys.shape[2] - new + (p.stop or new)  # no key after the block's last query is visible
                     k, v, seen = keys[r, :, :cut], values[r, :, :cut], visible[r, :, p, :cut]
