@@ -137,7 +137,7 @@ class LoadedModel:
         of them while both compute at once (sampling ahead), so the two workers split the cores."""
         if os.environ.get(THREADS_ENV):
             return max(1, int(os.environ[THREADS_ENV]))
-        if self.parameter_count < 50_000_000:
+        if self.parameter_count < precision.MIN_PARAMETERS:
             return 1
         cores = max(1, min(4, usable_cores()))
         other = SAMPLING if self.role == TRAINING else TRAINING

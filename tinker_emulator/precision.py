@@ -34,7 +34,11 @@ DTYPE_ENV = "GEMLAB_DTYPE"
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16}
 # bfloat16 is chosen where its matmul is at least this many times as fast as float32's
 BF16_MIN_SPEEDUP = 1.5
-# below this size a pass costs its Python overhead, not its arithmetic
+# A large model, from this size: its passes cost their arithmetic, not their Python overhead. The one
+# threshold of the backend: from it a model holds bfloat16 weights where they are fast, shares prompt
+# prefixes and takes the plain attention (``prefill.worth_sharing``), decodes through ``decoding.py``
+# and gets every core for a pass (``models.LoadedModel.cpu_threads``); the tiny models keep the paths
+# their recorded runs were made with.
 MIN_PARAMETERS = 50_000_000
 
 

@@ -21,21 +21,19 @@ from typing import Any
 
 import torch
 
-from tinker_emulator import kv_cache
+from tinker_emulator import kv_cache, precision
 from tinker_emulator.decoding import Decoder
 from tinker_emulator.kv_cache import Pairs
 
 # A shared prefix shorter than this is not worth a separate model call.
 MIN_SHARED_TOKENS = 16
-# Below this size a model call costs its Python overhead, not its arithmetic (the tiny model's
-# prompts are 36-60 tokens): one more call would cost more than the prefix saves, and the tiny
-# model's recorded runs keep repeating bit for bit.
-SHARE_MIN_PARAMETERS = 50_000_000
 
 
 def worth_sharing(model: Any) -> bool:
-    """Whether ``model`` is large enough for a shared prefix to save time."""
-    return sum(p.numel() for p in model.parameters()) >= SHARE_MIN_PARAMETERS
+    """Whether ``model`` is large enough for a shared prefix to save time (``precision.MIN_PARAMETERS``:
+    below it one more model call costs more than the prefix saves; the tiny model's prompts are 36-60
+    tokens, and its recorded runs keep repeating bit for bit)."""
+    return sum(p.numel() for p in model.parameters()) >= precision.MIN_PARAMETERS
 
 
 def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
