@@ -21,6 +21,7 @@ products, a float32 residual stream, norms and softmax; ``tests/local/test_decod
 rounding of stacked products; a prompt pass's, up to the rounding of another attention kernel.
 Architectures it does not know (``for_model`` returns ``None``) run through Hugging Face as before.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -131,7 +132,6 @@ class Decoder:
         """Llama's RMSNorm of the float32 residual stream."""
         return weight * (hidden * torch.rsqrt(hidden.pow(2).mean(-1, keepdim=True) + self.eps))
 
-    @torch.inference_mode()
     def step(self, cache: Any, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Feed each row's next token (``tokens``, at ``positions``; ``mask``: the attention mask
         over the cache and this token), appending its keys and values to ``cache``; returns the

@@ -85,9 +85,7 @@ def prefill(
     cache = kv_cache.for_sampling(model)
     if shared:
         prefix = torch.as_tensor([list(prompts[fresh[0]][:shared])], dtype=torch.long, device=device)
-        cache, _ = _pass(
-            model, decoder, cache, prefix, torch.ones_like(prefix), torch.arange(shared, device=device)[None]
-        )
+        cache, _ = _pass(model, decoder, cache, prefix)
     if len(fresh) < len(prompts):  # rows that start from what they know, the others from the shared prefix
         prefix_pairs = [(k[0], v[0]) for k, v in kv_cache.tensors(cache)] if shared else None
         starts = [shared if k is None else k[0] for k in known]
@@ -113,12 +111,20 @@ def prefill(
 
 
 def _pass(
-    model: Any, decoder: Decoder | None, cache: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor
+    model: Any,
+    decoder: Decoder | None,
+    cache: Any,
+    ids: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> tuple[Any, torch.Tensor]:
-    """One pass of ``ids`` continuing ``cache``: the grown cache and each row's last logits (float32)."""
+    """One pass of ``ids`` continuing ``cache``: the grown cache and each row's last logits (float32).
+    Without ``mask`` and ``positions``, a first pass of unpadded rows."""
     if decoder is not None:
+        if mask is None or positions is None:
+            mask = torch.ones_like(ids)
+            positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
         return cache, decoder.extend(cache, ids, mask, positions)
-    out, cache = kv_cache.forward(
-        model, cache, input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
-    )
+    given = {"attention_mask": mask, "position_ids": positions} if mask is not None else {}
+    out, cache = kv_cache.forward(model, cache, input_ids=ids, logits_to_keep=1, **given)
     return cache, out.logits[:, -1].float()
