@@ -35,6 +35,11 @@ against float32, and the preset steps.
   the logprob difference bfloat16 costs: bf16 sampler vs float32 learner (what switching costs)
   and bf16 sampler vs bf16 learner (what ``train/logprob_diff_abs`` then shows; the RL steps print
   it too).
+- **llama.cpp** (where ``llama-cpp-python`` imports): the same prompts through llama.cpp on the GGUF
+  file SmolLM2 is loaded from (``--gguf`` for another), one request after another as its Python
+  API serves them (each reusing the previous prompt's matching prefix), sampling at temperature 1
+  on the same thread count: the anchor the local sampler is compared with. Its kernels are the
+  ones it was built for (its system line is printed), whatever ``--isa`` says.
 - **sampling's floors**: each sampling row also prints its floor: the larger of the compute floor
   (counted FLOPs at the per-core peak) and the memory floor (every decoding step reads the weights
   once, at the bandwidth of one thread copying 256 MB).
@@ -217,6 +222,34 @@ def local_sampling(sampler: Any, prompts: list[list[int]], max_tokens: int) -> C
     return lambda: asyncio.run(run())
 
 
+def llama_cpp_sampler(gguf: Path | None, threads: int) -> Callable[[list[list[int]], int], None] | None:
+    """A function that samples ``max_tokens`` tokens after each prompt in turn with llama.cpp on
+    ``gguf`` (default: the GGUF file SmolLM2 is loaded from), or None, saying why, where
+    ``llama-cpp-python`` does not import or there is no such file."""
+    try:
+        import llama_cpp
+    except ImportError:
+        print("llama.cpp rows skipped: llama-cpp-python is not installed (pip install llama-cpp-python)")
+        return None
+    source, kwargs = model_source(SMOLLM2)
+    path = gguf or (Path(source) / kwargs["gguf_file"] if "gguf_file" in kwargs else None)
+    if path is None or not Path(path).is_file():
+        print(f"llama.cpp rows skipped: no GGUF file ({path or 'SmolLM2 is not loaded from one'}; pass --gguf)")
+        return None
+    llm = llama_cpp.Llama(
+        model_path=str(path), n_ctx=2048, n_threads=threads, n_threads_batch=threads, seed=0, verbose=False
+    )
+    print(f"llama.cpp {llama_cpp.__version__} on {Path(path).name}: {llama_cpp.llama_print_system_info().decode()}")
+
+    def run(prompts: list[list[int]], max_tokens: int) -> None:
+        for prompt in prompts:  # each request reuses the previous one's matching prefix in llama.cpp's cache
+            tokens = llm.generate(prompt, top_k=0, top_p=1.0, min_p=0.0, temp=1.0)
+            for _ in zip(range(max_tokens), tokens, strict=False):
+                pass
+
+    return run
+
+
 def left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The prompts as one left-padded batch of token ids, and its attention mask."""
     width = max(map(len, prompts))
@@ -326,6 +359,7 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
         print(f"memory bandwidth: {bandwidth / 1e9:.1f} GB/s (one thread copying 256 MB)")
         plain_model = build_model(SMOLLM2).to(dtype).eval()
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        llama = llama_cpp_sampler(args.gguf, threads)
         for label, prompts in scenarios.items():
             run_local = local_sampling(sampler, prompts, max_tokens)
             run_plain = plain_generate(plain_model, prompts, max_tokens, pad)
@@ -336,6 +370,10 @@ def bench_smollm2(report: Report, args: argparse.Namespace, peaks: dict[torch.dt
             what = f"sample {requests}x{max_tokens} tok, {label}"
             report.row(f"{what}: plain generate", *plain, plain_flops)
             report.row(f"{what}: local", *local, local_flops, plain)
+            if llama is not None:
+                anchor = timed(repeats, lambda prompts=prompts: llama(prompts, max_tokens))
+                report.row(f"{what}: llama.cpp", *anchor, local_flops, plain)
+                report.row(f"{what}: local vs llama.cpp", *local, local_flops, anchor)
             # read every step
             weights = sum(m.weight.nbytes for m in plain_model.modules() if isinstance(m, torch.nn.Linear))
             report.row(
@@ -858,6 +896,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=32, help="concurrent sampling requests")
     parser.add_argument(
         "--max-tokens", type=int, default=16, help="tokens per sample (the smollm2 preset's max_tokens)"
+    )
+    parser.add_argument(
+        "--gguf",
+        type=Path,
+        default=None,
+        help="the GGUF file llama.cpp samples from (default: the one SmolLM2 is loaded from)",
     )
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--length", type=int, default=300)
