@@ -210,15 +210,16 @@ def report(folder: Path, figure: Path | None) -> None:
     steps = sorted({p[0] for _, points in seeds for p in points})
     common = [s for s in steps if all(any(p[0] == s for p in points) for _, points in seeds)]
     stats = [mean_interval([next(p[1] for p in points if p[0] == s) for _, points in seeds]) for s in common]
-    ax.plot(common, [m for m, _, _ in stats], color="black", linewidth=2.5, label="mean")
-    ax.fill_between(
-        common,
-        [lo for _, lo, _ in stats],
-        [hi for _, _, hi in stats],
-        color="black",
-        alpha=0.12,
-        label="95% CI over seeds",
-    )
+    if len(common) > 1:  # a curve needs two steps that every seed scored (not only the warm-up's)
+        ax.plot(common, [m for m, _, _ in stats], color="black", linewidth=2.5, label="mean")
+        ax.fill_between(
+            common,
+            [lo for _, lo, _ in stats],
+            [hi for _, _, hi in stats],
+            color="black",
+            alpha=0.12,
+            label="95% CI over seeds",
+        )
     end, end_low, end_high = mean_interval([points[-1][1] for _, points in seeds])
     end_step = float(np.mean([points[-1][0] for _, points in seeds]))
     ax.errorbar(
