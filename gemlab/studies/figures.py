@@ -10,6 +10,7 @@ mean of the last ``WINDOW`` training steps' metrics; what runs without evaluatio
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from gemlab.studies.definitions import (
     SMOLLM2_LABELS,
 )
 from gemlab.studies.evaluation import read_evaluations
-from gemlab.studies.guessing import binary_search, random_consistent
+from gemlab.studies.guessing import binary_search, fixed_games, guessing_habits, random_consistent, read_guesses
 
 WINDOW = 10  # last-10 steps for the training source
 SOURCES = ("auto", "eval-sampled", "eval-greedy", "train")
@@ -125,6 +126,52 @@ def outcome_table(folder: str | Path, metrics: Sequence[str] | None = None, *, s
                 row[f"{metric} mean [95% CI]"] = str(stats.interval(values, "mean"))
                 row[f"{metric} IQM [95% CI]"] = str(stats.interval(values, "iqm"))
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("arm")
+
+
+def _last_actions(run: Any, mode: str) -> tuple[str, list[str]] | None:
+    """A run's evaluation env and its games' actions at its last evaluation in ``mode`` (None when
+    its evaluations recorded no actions: runs from before 2026-11-30)."""
+    rows = [row for row in read_evaluations(run.path) if row["mode"] == mode and "actions" in row]
+    if not rows:
+        return None
+    return run.config["eval_env_id"] or run.config["env_id"], max(rows, key=lambda row: row["step"])["actions"]
+
+
+def guessing_table(folder: str | Path, *, mode: str = "greedy") -> pd.DataFrame:
+    """Per arm of a GuessTheNumber study: how its players used the hints at the last evaluation
+    (``guessing.guessing_habits`` of each seed's games): the share of guesses that halve the range
+    the hints allow (bisection: all) and of later guesses within it, means over seeds with 95%
+    bootstrap intervals, and the first guesses most played. Descriptive, beside the contrasts."""
+    rows: dict[str, dict[str, Any]] = {}
+    for arm, members in group_runs(load_study(folder)).items():
+        habits = [
+            guessing_habits(env_id, [read_guesses(a) for a in actions])
+            for env_id, actions in filter(None, (_last_actions(run, mode) for run in members))
+        ]
+        if habits:
+            firsts = Counter(g for h in habits for g in h.first_guesses)
+            rows[arm] = {
+                "seeds": len(habits),
+                "guesses halving the range [95% CI]": str(stats.interval([h.halving_share for h in habits], "mean")),
+                "later guesses within the hints [95% CI]": str(
+                    stats.interval(_finite([h.within_share for h in habits]), "mean")
+                ),
+                "first guesses (games)": ", ".join(f"{g} ({n})" for g, n in firsts.most_common(3)),
+            }
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("arm")
+
+
+def guess_sequences(folder: str | Path, run_name: str, *, games: int = 8, mode: str = "greedy") -> list[str]:
+    """The first ``games`` games of one run's last evaluation, each as ``secret: guess guess ...``."""
+    recorded = _last_actions(read_run(Path(folder) / run_name), mode)
+    if recorded is None:
+        raise FileNotFoundError(f"{Path(folder) / run_name} recorded no {mode} games (runs from before 2026-11-30)")
+    env_id, actions = recorded
+    shown = actions[:games]
+    return [
+        f"{secret}: {' '.join(map(str, read_guesses(a)))}"
+        for (secret, _, _), a in zip(fixed_games(env_id, len(shown)), shown, strict=True)
+    ]
 
 
 def verdict(contrast: Any, differences: Sequence[float], low: float, high: float, p: float, p_holm: float) -> str:
@@ -321,10 +368,48 @@ def smollm2_gamma_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
             smoothing=smoothing,
             numbers=numbers,
             turns=turns,
-            title=f"SmolLM2-135M-Instruct on GuessTheNumber 1-{numbers} ({turns} turns), GRPO: the discount factor",
+            title=f"SmolLM2-135M-Instruct on GuessTheNumber 1-{numbers} ({turns} turns), ReBN: the discount factor",
             arms=f"smollm2-{game}-",
             into=sub,
         )
+    return fig
+
+
+def gamma_outcomes_figure(studies: Sequence[tuple[str, str | Path, str, int, int]], *, mode: str = "sampled") -> Any:
+    """The discount's effect at the last evaluation on the fixed set, one column per study (``(title,
+    folder, arm prefix, numbers, turns)``: e.g. the toy's ``gamma`` study beside ``smollm2-gamma``'s easy
+    game): wins and turns per won game against gamma, every seed's outcome as a dot and the mean with
+    its 95% t-interval; binary search's and the random consistent player's (``guessing``) as lines."""
+    fig, axes = plt.subplots(2, len(studies), figsize=(6.5 * len(studies), 7.5), constrained_layout=True, squeeze=False)
+    for column, (title, folder, prefix, numbers, turns) in enumerate(studies):
+        players = {player: player(numbers, turns) for player in (binary_search, random_consistent)}
+        for row, (metric, label) in enumerate((("success", "wins"), ("turns_per_won_game", "turns per won game"))):
+            ax = axes[row][column]
+            arms, _ = arm_outcomes(folder, metric, f"eval-{mode}")
+            gammas = sorted(
+                (float(arm.rsplit("gamma", 1)[1]), by_seed) for arm, by_seed in arms.items() if arm.startswith(prefix)
+            )
+            for i, (_, by_seed) in enumerate(gammas):
+                values = _finite(list(by_seed.values()))
+                spread = np.linspace(-0.12, 0.12, len(values)) if len(values) > 1 else np.zeros(len(values))
+                ax.scatter(i + spread, values, color="tab:gray", alpha=0.45, s=14, zorder=2)
+                if values:
+                    mean = float(np.mean(values))
+                    sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+                    half = float(plots.t_half_width(sd, len(values))) if len(values) > 1 else 0.0
+                    ax.errorbar(i, mean, yerr=half, fmt="o", color="tab:blue", capsize=6, ms=7, zorder=3)
+                    ax.annotate(f"{mean:.2f}", (i + 0.18, mean), va="center", fontsize=9)
+            for (player, exact), style in zip(players.items(), ("--", ":"), strict=True):
+                reference = float(exact.win_rate if metric == "success" else exact.turns_when_won)
+                name = player.__name__.replace("_", " ")
+                ax.axhline(reference, color="black", ls=style, lw=1.1, label=f"{name}: {reference:.2f}")
+            ax.set_xticks(range(len(gammas)), [f"γ = {g:g}\n(n={len(b)})" for g, b in gammas])
+            ax.set_xlim(-0.5, len(gammas) - 0.5)
+            ax.set_ylabel(f"{label} ({mode}, last evaluation)")
+            ax.legend(loc="lower right" if row == 0 else "upper right", fontsize=9)
+            if row == 0:
+                ax.set_ylim(0, 1.05)
+                ax.set_title(title)
     return fig
 
 

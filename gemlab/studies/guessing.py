@@ -10,13 +10,24 @@ after each guess; a game ends when the target is guessed or after ``max_turns`` 
 
 Both are computed by recursion on the size of the allowed range (only its size matters, since
 the target is uniform within it), with exact fractions.
+
+``guessing_habits`` reads how a recorded player (its games on the fixed evaluation set, from
+``eval.jsonl``'s actions) used the hints: whether its later guesses stay within the range the hints
+allow, and whether its guesses halve that range as bisection does.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
+
+from gemlab.envs import make_envs
+from gemlab.evaluate import EVAL_SEED, reset_seeds
+
+GUESS = re.compile(r"\\boxed{(\d+)}")  # GEM's GuessTheNumber reads a turn's last match
 
 
 @dataclass(frozen=True)
@@ -80,3 +91,64 @@ def random_consistent(n: int, max_turns: int) -> PlayerStats:
     _check(n, max_turns)
     turns, wins, won_turns = _random(n, max_turns)
     return PlayerStats(turns, wins, won_turns / wins)
+
+
+def read_guesses(actions: str) -> list[int]:
+    """The guesses of one recorded game: its turns joined by `` | `` (``eval.jsonl``'s actions), each
+    turn's last ``\\boxed{N}`` as GEM reads it; a turn without one ended the game."""
+    guesses = []
+    for turn in actions.split(" | "):
+        matches = GUESS.findall(turn)
+        if not matches:
+            break
+        guesses.append(int(matches[-1]))
+    return guesses
+
+
+@dataclass(frozen=True)
+class GuessingHabits:
+    """How a player used the hints over games: of its second and later guesses, how many lie
+    within the range the earlier hints allow; of all its guesses, how many halve that range (the
+    middle number, or either middle one of an even range: what bisection guesses); its first guesses."""
+
+    later: int
+    within_hints: int
+    guesses: int
+    halving: int
+    first_guesses: tuple[int, ...]
+
+    @property
+    def within_share(self) -> float:
+        return self.within_hints / self.later if self.later else float("nan")
+
+    @property
+    def halving_share(self) -> float:
+        return self.halving / self.guesses if self.guesses else float("nan")
+
+
+def fixed_games(env_id: str, num_games: int) -> list[tuple[int, int, int]]:
+    """Secret, lowest and highest number of each game of the fixed evaluation set (the env reset
+    with ``reset_seeds``' seed ``i``, as ``gemlab.evaluate`` plays game ``i``)."""
+    games = []
+    envs = make_envs(env_id, num_games, seed=EVAL_SEED, env_wrappers="")
+    for env, reset_seed in zip(envs, reset_seeds(num_games), strict=True):
+        env.reset(seed=reset_seed)
+        games.append((env.unwrapped.game_number, env.unwrapped.min_number, env.unwrapped.max_number))
+    return games
+
+
+def guessing_habits(env_id: str, games: Sequence[Sequence[int]]) -> GuessingHabits:
+    """The habits of a player whose guesses in game ``i`` of the fixed evaluation set are ``games[i]``."""
+    later = within = total = halving = 0
+    for (secret, low, high), guesses in zip(fixed_games(env_id, len(games)), games, strict=True):
+        for turn, guess in enumerate(guesses):
+            inside = low <= guess <= high
+            if turn:
+                later += 1
+                within += inside
+            total += 1
+            halving += inside and max(guess - low, high - guess) == (high - low + 1) // 2
+            if guess == secret:
+                break
+            low, high = (max(low, guess + 1), high) if guess < secret else (low, min(high, guess - 1))
+    return GuessingHabits(later, within, total, halving, tuple(g[0] for g in games if g))

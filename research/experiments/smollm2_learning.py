@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import resource
 import shutil
 import tempfile
@@ -36,11 +35,11 @@ import numpy as np
 
 from gemlab.config import config_from_argv
 from gemlab.doctor import cpu_name, device_name
-from gemlab.envs import make_envs
 from gemlab.eval_curve import eval_metrics
-from gemlab.evaluate import EVAL_SEED, EvalResult, evaluate_trainer, random_play, reset_seeds
+from gemlab.evaluate import EvalResult, evaluate_trainer, random_play
 from gemlab.run_folder import export_run
 from gemlab.saved_runs import read_run
+from gemlab.studies.guessing import guessing_habits, read_guesses
 from gemlab.studies.held_out_runs import mean_interval, recorded_seeds
 from gemlab.trainer import Trainer
 
@@ -111,25 +110,6 @@ def run_seed(seed: int, overrides: list[str], args: argparse.Namespace, out: Pat
     return record
 
 
-def guesses_within_hints(env_id: str, games: list[list[int]]) -> tuple[int, int]:
-    """Of the second and later guesses in ``games`` (game ``i`` of the fixed set, its guesses in
-    order), how many lie within what the earlier hints allow, and how many there are: whether the
-    player reads the hints (GuessTheNumber: "higher" or "lower" than each guess)."""
-    envs = make_envs(env_id, len(games), seed=EVAL_SEED, env_wrappers="")
-    within = later = 0
-    for env, reset_seed, guesses in zip(envs, reset_seeds(len(games)), games, strict=True):
-        env.reset(seed=reset_seed)
-        secret, low, high = env.unwrapped.game_number, env.unwrapped.min_number, env.unwrapped.max_number
-        for turn, guess in enumerate(guesses):
-            if turn:
-                later += 1
-                within += low <= guess <= high
-            if guess == secret:
-                break
-            low, high = (max(low, guess + 1), high) if guess < secret else (low, min(high, guess - 1))
-    return within, later
-
-
 def report(folder: Path, figure: Path | None) -> None:
     """The table over the recorded seeds (each with its Wilson 95% interval over problems; the mean
     with its t-interval over seeds; the paired gain of RL over the warm-up) and its figure."""
@@ -169,26 +149,20 @@ def report(folder: Path, figure: Path | None) -> None:
             f"{'lies above' if rl_low > np.mean(chance) else 'does not lie above'} it"
         )
         played = [
-            [
-                [int(g) for g in re.findall(r"\\boxed\{(\d+)\}", actions)]
-                for _, actions, _ in record["final_greedy"]["answers"]
-            ]
+            [read_guesses(actions) for _, actions, _ in record["final_greedy"]["answers"]]
             for record, _ in seeds
             if "final_greedy" in record
         ]
         rng = np.random.default_rng(0)  # GEM's random player: four uniform guesses, repeats allowed
-        within = [guesses_within_hints(config["env_id"], games) for games in played]
+        habits = [guessing_habits(config["env_id"], games) for games in played]
         games = len(played[0])
-        chance_within = np.sum(
-            [
-                guesses_within_hints(config["env_id"], [list(rng.integers(1, 11, 4)) for _ in range(games)])
-                for _ in range(16)
-            ],
-            axis=0,
-        )
+        chance = [
+            guessing_habits(config["env_id"], [list(rng.integers(1, 11, 4)) for _ in range(games)]) for _ in range(16)
+        ]
+        chance_within = sum(h.within_hints for h in chance) / sum(h.later for h in chance)
         print("later guesses within what the hints allow, greedy at the end: "
-              + ", ".join(f"{w}/{n} ({w / n:.2f})" for w, n in within)
-              + f"; GEM's random player on the same games (16 plays each): {chance_within[0] / chance_within[1]:.2f}")
+              + ", ".join(f"{h.within_hints}/{h.later} ({h.within_share:.2f})" for h in habits)
+              + f"; GEM's random player on the same games (16 plays each): {chance_within:.2f}")
     device = f", device {seeds[0][0]['device']}" if "device" in seeds[0][0] else ""  # runs before the field: the CPU
     print(f"CPU: {seeds[0][0]['cpu']}{device}, GEMLAB_THREADS={seeds[0][0]['threads']}")
     if figure is None:

@@ -31,6 +31,7 @@ from gemlab.studies.figures import (
     best_learning_rates,
     contrast_table,
     group_runs,
+    guess_sequences,
     outcome_table,
     smollm2_figure,
 )
@@ -145,8 +146,14 @@ def test_the_smollm2_gamma_study_pairs_three_discounts_on_two_games():
     config = runs[0].config
     # the preset's model, batch of 128 transitions and groups; a fixed step count (no time limit), so
     # every arm of a seed makes the same number of updates
-    assert (config.model_name, config.batch_size, config.group_size, config.advantage) == (
-        preset.model_name, 128, preset.group_size, preset.advantage)  # fmt: skip
+    assert (config.model_name, config.batch_size, config.group_size) == (preset.model_name, 128, preset.group_size)
+    # the arms differ in gamma only if the advantage reads it: per-turn returns (ReBN), not GRPO's totals
+    batch = RolloutBatch([_episode([0, 0, 1], "a"), _episode([0, 1], "a"), _episode([0, 0, 0, 1], "b")])
+    by_gamma = [
+        prepare_transitions(batch, gamma=g, advantage=config.advantage, batch_size=100, rng=np.random.default_rng(0))[1]
+        for g in (0.5, 1.0)
+    ]
+    assert config.advantage == "rebn" and by_gamma[0] != pytest.approx(by_gamma[1])
     assert (config.max_minutes, config.max_steps, config.eval_every, runs[0].eval_games) == (None, 16, 0, 64)
     assert {c.name for c in CONTRASTS["smollm2-gamma"]} == {
         f"smollm2-{game}-gamma{g} - smollm2-{game}-gamma1.0: {metric}"
@@ -306,6 +313,9 @@ def test_runner_resumes_an_interrupted_run_and_skips_finished_ones(tmp_path):
         (4, "greedy"),
     ]
     assert evaluations == read_evaluations(tmp_path / "b" / "r-seed0")
+    assert all(len(row["actions"]) == 2 and all(isinstance(a, str) for a in row["actions"]) for row in evaluations)
+    sequences = guess_sequences(tmp_path / "a", "r-seed0")  # the greedy games of the last evaluation, read back
+    assert len(sequences) == 2 and all(line.split(": ")[0].isdigit() for line in sequences)
     before = (run_dir / "metrics.jsonl").stat().st_mtime_ns
     run_studies([run], progress=False)  # finished: nothing runs, nothing is rewritten
     assert (run_dir / "metrics.jsonl").stat().st_mtime_ns == before
@@ -456,9 +466,7 @@ def test_the_estimate_prices_a_step_by_its_recorded_cpu_seconds(tmp_path):
     assert estimate_seconds([run], [newer]) == (12.0, [])  # a tuning run of the arm prices it too
 
 
-def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, capsys):
-    """A tuning study with one environment's sweep finished: the algorithms study over every
-    environment has no rates yet, so --estimate-only says so in a line and goes on (exit 0)."""
+def _reproduce_gem():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -466,6 +474,13 @@ def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, ca
     )
     reproduce_gem = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(reproduce_gem)
+    return reproduce_gem
+
+
+def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, capsys):
+    """A tuning study with one environment's sweep finished: the algorithms study over every
+    environment has no rates yet, so --estimate-only says so in a line and goes on (exit 0)."""
+    reproduce_gem = _reproduce_gem()
     for run in study_runs("tuning", tmp_path, environments=["products"], seeds=[100], steps=1):
         folder = tmp_path / "tuning" / run.name
         folder.mkdir(parents=True)
@@ -477,3 +492,39 @@ def test_the_estimate_waits_for_a_tuning_study_that_is_not_finished(tmp_path, ca
     )
     assert code == 0
     assert "algorithms: no estimate yet (no tuned learning rate for sums-reinforce" in capsys.readouterr().out
+
+
+def test_the_gamma_outcomes_figure_puts_each_seeds_last_evaluation_beside_its_mean(tmp_path):
+    from gemlab.studies.figures import gamma_outcomes_figure
+
+    root = tmp_path / "smollm2-gamma"
+    wins = {0.5: [0.2, 0.4, 0.6], 1.0: [0.5, 0.7, 0.9]}
+    for gamma, values in wins.items():
+        for seed, value in enumerate(values):
+            _fake_run(root, f"smollm2-easy-gamma{gamma}", seed, [0.3] * 4)
+            rows = [  # an earlier evaluation, then the last: only the last is drawn
+                {"step": 2, "mode": "sampled", "success": 0.0, "turns_per_won_game": 1.0},
+                {"step": 4, "mode": "sampled", "success": value, "turns_per_won_game": 2 + value},
+            ]
+            (root / f"smollm2-easy-gamma{gamma}-seed{seed}" / "eval.jsonl").write_text(
+                "".join(json.dumps(row) + "\n" for row in rows)
+            )
+    figure = gamma_outcomes_figure([("SmolLM2, 1-10 in 4 turns", root, "smollm2-easy-", 10, 4)])
+    (success, turns) = figure.axes
+    assert [t.get_text() for t in success.get_xticklabels()] == ["γ = 0.5\n(n=3)", "γ = 1\n(n=3)"]
+    means = [float(line.get_ydata()[0]) for line in success.lines if line.get_marker() == "o"]
+    assert means == pytest.approx([0.4, 0.7])
+    dots = [sorted(c.get_offsets()[:, 1]) for c in success.collections if len(c.get_offsets()) == 3]
+    assert dots == [pytest.approx([0.2, 0.4, 0.6]), pytest.approx([0.5, 0.7, 0.9])]
+    legend = [t.get_text() for t in turns.get_legend().get_texts()]
+    assert legend == ["binary search: 2.90", "random consistent: 2.81"]
+
+
+def test_arm_patterns_choose_the_runs_of_a_study(tmp_path, capsys):
+    reproduce_gem = _reproduce_gem()
+    root = ["--study", "smollm2-gamma", "--estimate-only", "--root", str(tmp_path)]
+    assert reproduce_gem.main([*root, "--arm", "smollm2-easy-gamma0.5", "--arm", "smollm2-easy-gamma1.*"]) == 0
+    out = capsys.readouterr().out
+    assert "smollm2-gamma: 16 runs" in out and "smollm2-easy-gamma0.5, smollm2-easy-gamma1.0" in out  # 8 seeds x 2
+    assert reproduce_gem.main([*root, "--arm", "smollm2-hard-*"]) == 2
+    assert capsys.readouterr().err == "reproduce_gem: no arm of smollm2-gamma matches smollm2-hard-*\n"
