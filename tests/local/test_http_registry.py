@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import threading
 import time
 import weakref
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers.http_app import NEW_SESSION, result
+from tests.helpers.http_app import NEW_SESSION, result, training_worker_held
 from tinker_emulator import training_client
 from tinker_emulator.futures import SAMPLING, TRAINING, get_worker
 from tinker_emulator.workshop_server import make_app
@@ -63,9 +62,7 @@ def test_a_keys_one_request_waits_for_one_of_anothers_not_its_whole_queue(
         (_, big), (_, small) = (new_model(client, key) for key in KEYS)
         runs = [app.state.server.registry.models[m].client.result().model_id for m in (big, small)]
         monkeypatch.setattr(training_client.LocalTrainingClient, "_step", recording)
-        release = threading.Event()
-        get_worker(TRAINING).submit(lambda: release.wait(120))  # nothing runs until all are queued
-        try:
+        with training_worker_held():  # nothing runs until all are queued
             queued = [
                 client.post("/api/v1/optim_step", json={"model_id": big, **STEP}, headers={"X-API-Key": KEYS[0]})
                 for _ in range(4)
@@ -73,8 +70,6 @@ def test_a_keys_one_request_waits_for_one_of_anothers_not_its_whole_queue(
             queued.append(
                 client.post("/api/v1/optim_step", json={"model_id": small, **STEP}, headers={"X-API-Key": KEYS[1]})
             )
-        finally:
-            release.set()
         assert [answer.status_code for answer in queued] == [200] * 5
         keys = [KEYS[0]] * 4 + [KEYS[1]]
         assert all("error" not in result(client, a.json()["request_id"], k) for a, k in zip(queued, keys, strict=True))
@@ -93,16 +88,12 @@ def test_a_key_over_its_training_runs_gets_403_and_over_its_queue_429(tmp_path: 
         assert third.json()["category"] == "user" and "2 training runs open" in third.json()["error"]
         _, other = new_model(client, KEYS[1])  # another key is not held back by this one's cap
 
-        release = threading.Event()
-        get_worker(TRAINING).submit(lambda: release.wait(120))
-        try:
+        with training_worker_held():
             steps = [
                 client.post("/api/v1/optim_step", json={"model_id": first, **STEP}, headers={"X-API-Key": KEYS[0]})
                 for _ in range(3)
             ]
             others = client.post("/api/v1/optim_step", json={"model_id": other, **STEP}, headers={"X-API-Key": KEYS[1]})
-        finally:
-            release.set()
         assert [s.status_code for s in steps] == [200, 200, 429]
         assert steps[2].json() == {
             "error": "this API key has 2 requests queued (limit 2); retry shortly",

@@ -22,7 +22,7 @@ import zstandard
 from fastapi.testclient import TestClient
 from tinker.proto import tinker_public_pb2 as pb
 
-from tests.helpers.http_app import NEW_SESSION
+from tests.helpers.http_app import NEW_SESSION, training_worker_held
 from tests.helpers.http_server import ServerProcess, first_line
 from tinker_emulator import training_client
 from tinker_emulator.futures import TRAINING, get_worker
@@ -92,13 +92,9 @@ def test_a_large_forward_backward_runs_as_units_with_another_keys_request_betwee
     with TestClient(app) as client:
         big, small = (new_model(client, key) for key in KEYS)
         runs = [app.state.server.registry.models[m].client.result().model_id for m in (big, small)]
-        release = threading.Event()
-        get_worker(TRAINING).submit(lambda: release.wait(120))  # nothing runs until both are queued
-        try:
+        with training_worker_held():  # nothing runs until both are queued
             large = post_fb(client, KEYS[0], body(big, datums=8, length=16))  # 4 units of 2 datums
             other = post_fb(client, KEYS[1], body(small, datums=1, length=16))
-        finally:
-            release.set()
         assert large.status_code == other.status_code == 200, (large.text, other.text)
         output = pb.ForwardBackwardOutput.FromString(fetched(client, large.json()["request_id"], KEYS[0]))
         fetched(client, other.json()["request_id"], KEYS[1])
