@@ -406,7 +406,7 @@ def gamma_outcomes_figure(studies: Sequence[tuple[str, str | Path, str, int, int
             ax.set_xticks(range(len(gammas)), [f"γ = {g:g}\n(n={len(b)})" for g, b in gammas])
             ax.set_xlim(-0.5, len(gammas) - 0.5)
             ax.set_ylabel(f"{label} ({mode}, last evaluation)")
-            ax.legend(loc="lower right" if row == 0 else "upper right", fontsize=9)
+            ax.legend(loc="best", fontsize=9)
             if row == 0:
                 ax.set_ylim(0, 1.05)
                 ax.set_title(title)
