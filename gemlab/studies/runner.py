@@ -29,6 +29,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from gemlab.doctor import cpu_name
 from gemlab.run_folder import append_row
 from gemlab.saved_runs import CHECKPOINTS_FILE, METRICS_FILE, read_rows
 from gemlab.studies.definitions import Run
@@ -132,7 +133,8 @@ def _logged_steps(runs: Sequence[Run]) -> int:
 
 
 def _record(timing: Timing, run: Run, jobs: int) -> None:
-    append_row(Path(run.config.log_dir) / TIMINGS_FILE, {**timing.__dict__, "jobs": jobs, "time": time.time()})
+    row = {**timing.__dict__, "jobs": jobs, "cpu": cpu_name(), "time": time.time()}  # a speed names its machine
+    append_row(Path(run.config.log_dir) / TIMINGS_FILE, row)
 
 
 def check_resumable(runs: Sequence[Run]) -> None:

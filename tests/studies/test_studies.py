@@ -11,6 +11,7 @@ import pytest
 
 import gemlab.evaluate
 from gemlab import make_config
+from gemlab.doctor import cpu_name
 from gemlab.env_ids import GUESS_20, GUESS_20_IN_7, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
@@ -35,7 +36,7 @@ from gemlab.studies.figures import (
     outcome_table,
     smollm2_figure,
 )
-from gemlab.studies.runner import estimate_seconds, run_studies
+from gemlab.studies.runner import estimate_seconds, read_timings, run_studies
 from gemlab.tiny.registry import TINY_SUMS
 from gemlab.trainer import Trainer
 from tests.helpers.scripted import TEMPLATE, TOKENIZER, ScriptedSampler
@@ -347,6 +348,9 @@ def test_worker_processes_give_the_same_runs_as_one_process(tmp_path):
     run_studies(runs, progress=False)
     timings = run_studies(parallel, jobs=2, progress=False)
     assert sorted(t.run for t in timings) == ["g0.5-seed0", "g1.0-seed0"] and all(t.cpu_s > 0 for t in timings)
+    recorded = read_timings(tmp_path / "two")  # each row names the processor its seconds were measured on
+    assert sorted(row["run"] for row in recorded) == ["g0.5-seed0", "g1.0-seed0"]
+    assert {row["cpu"] for row in recorded} == {cpu_name()} and cpu_name()
     for run in runs:
         name = run.config.run_name
         assert _untimed(_rows(tmp_path / "one" / name / "metrics.jsonl")) == _untimed(
