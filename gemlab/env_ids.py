@@ -19,4 +19,6 @@ TIMES_1DIGIT = "rg:times-1digit"
 TIMES_TRAIN, TIMES_TEST = f"{TIMES_1DIGIT}-train", f"{TIMES_1DIGIT}-test"
 PRODUCTS_3X2 = "math:products-3x2"  # a three-digit times a two-digit number, for GEM's python tool
 PRODUCTS_TRAIN, PRODUCTS_TEST = f"{PRODUCTS_3X2}-train", f"{PRODUCTS_3X2}-test"
+# the same problems asked for the number alone: the tool study's arm without the tool
+PRODUCTS_NO_TOOL_TRAIN, PRODUCTS_NO_TOOL_TEST = f"{PRODUCTS_3X2}-notool-train", f"{PRODUCTS_3X2}-notool-test"
 OFFLINE_MATH = "math:GSMSymbolic"  # GEM's math env on word problems made offline (gemlab/offline_math.py)

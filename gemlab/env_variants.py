@@ -48,6 +48,9 @@
   otherwise, so no held-out problem is ever trained on. The answer counts inside ``\\boxed{}``
   (1.0 right, 0.0 otherwise; one answer ends the episode). SmolLM2-135M cannot multiply these in
   its head (0 of 16); with GEM's python tool (``env_wrappers=python_tool_sandboxed``) it can.
+- ``math:products-3x2-notool-train`` and ``math:products-3x2-notool-test``: the same pairs for the
+  same reset seeds, asked for the number alone (``What is 347 * 58? Give the number as \\boxed{N}.``):
+  the arm without the tool of the tool-use study (``gemlab.studies.definitions``).
 
 Their ids are in ``gemlab.env_ids``. Importing ``gemlab.envs`` registers them all, so ``python -m gemlab.train
 env_id=...`` knows them.
@@ -72,6 +75,8 @@ from gemlab.env_ids import (
     GUESS_EASY_WINS,
     OFFLINE_MATH,
     PRODUCTS_1DIGIT,
+    PRODUCTS_NO_TOOL_TEST,
+    PRODUCTS_NO_TOOL_TRAIN,
     PRODUCTS_TEST,
     PRODUCTS_TRAIN,
     SUMS_1DIGIT,
@@ -165,9 +170,12 @@ class ProductsEnv(Env):
         "When its result comes back, give that number as \\boxed{{N}}."
     )
 
-    def __init__(self, side: str = "train", **_: Any) -> None:
+    QUESTION_NO_TOOL = "What is {a} * {b}? Give the number as \\boxed{{N}}."
+
+    def __init__(self, side: str = "train", tool: bool = True, **_: Any) -> None:
         super().__init__()
         self.side = side
+        self.question = self.QUESTION if tool else self.QUESTION_NO_TOOL
         self.pair = (100, 10)
 
     def held_out(self, a: int, b: int) -> bool:
@@ -181,7 +189,7 @@ class ProductsEnv(Env):
             if self.held_out(a, b) == (self.side == "test"):
                 break
         self.pair = (a, b)
-        return self.QUESTION.format(a=a, b=b), {}
+        return self.question.format(a=a, b=b), {}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         answer = extract_last_boxed_answer(action)
@@ -323,9 +331,14 @@ def register_variants() -> None:
         register(SUMS_TO20_TRAIN, "gemlab.env_variants:SumsTo20TrainEnv")
     if SUMS_MIX_TRAIN not in ENV_REGISTRY:
         register(SUMS_MIX_TRAIN, "gemlab.env_variants:SumsMixTrainEnv")
-    for env_id, side in ((PRODUCTS_TRAIN, "train"), (PRODUCTS_TEST, "test")):
+    for env_id, side, tool in (
+        (PRODUCTS_TRAIN, "train", True),
+        (PRODUCTS_TEST, "test", True),
+        (PRODUCTS_NO_TOOL_TRAIN, "train", False),
+        (PRODUCTS_NO_TOOL_TEST, "test", False),
+    ):
         if env_id not in ENV_REGISTRY:
-            register(env_id, "gemlab.env_variants:ProductsEnv", side=side)
+            register(env_id, "gemlab.env_variants:ProductsEnv", side=side, tool=tool)
     for env_id, (side, operator, min_operand) in SPLITS.items():
         if env_id not in ENV_REGISTRY:
             register(env_id, "gemlab.env_variants:SplitPairsEnv", side=side, operator=operator, min_operand=min_operand)

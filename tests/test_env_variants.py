@@ -1,6 +1,12 @@
 """The env variants gemlab registers: the products tool task's split and its grading."""
 
-from gemlab.env_variants import PRODUCTS_TEST, PRODUCTS_TRAIN, ProductsEnv
+from gemlab.env_variants import (
+    PRODUCTS_NO_TOOL_TEST,
+    PRODUCTS_NO_TOOL_TRAIN,
+    PRODUCTS_TEST,
+    PRODUCTS_TRAIN,
+    ProductsEnv,
+)
 from gemlab.envs import make_envs
 
 
@@ -32,3 +38,13 @@ def test_a_reset_seed_is_one_problem_and_only_the_boxed_product_pays():
     assert env.step(f"{a * b}")[1] == 0.0  # not boxed
     env.reset(seed=7)
     assert env.step(f"\\boxed{{{a * b + 1}}}")[1] == 0.0
+
+
+def test_the_no_tool_variant_asks_the_same_products_for_the_number_alone():
+    for with_tool, without in ((PRODUCTS_TRAIN, PRODUCTS_NO_TOOL_TRAIN), (PRODUCTS_TEST, PRODUCTS_NO_TOOL_TEST)):
+        assert _pairs(with_tool, range(100)) == _pairs(without, range(100))  # seed s: one problem in both arms
+    env = make_envs(PRODUCTS_NO_TOOL_TEST, 1, env_wrappers="")[0]
+    question, _ = env.reset(seed=3)
+    a, b = env.unwrapped.pair
+    assert question == f"What is {a} * {b}? Give the number as \\boxed{{N}}." and "python" not in question.lower()
+    assert env.step(f"\\boxed{{{a * b}}}")[1] == 1.0

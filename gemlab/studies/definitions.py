@@ -27,6 +27,12 @@
   lower gamma against 1.0 (in 4 turns a player that loses its long games has short won ones, so there
   wins is the one that can show bisection: research/notes/studies.md). Not run by default either
   (SmolLM2, as above).
+- ``smollm2-tool-use``: the paper's tool-use comparison on a real language model (issue 56): ``preset=smollm2-tool``
+  (SmolLM2 writes a line of Python, GEM's python tool runs it, SmolLM2 reports the number) against the same
+  preset without the tool (``SMOLLM2_TOOL_ARMS``): the same products asked for the number alone, a format
+  warm-up on its own answers in place of the one on its own code, 64 episodes a step in both (the tool's
+  are two turns, so its batch is 128 transitions), on ``SMOLLM2_GAMMA_SEEDS``; scored on the same 64
+  held-out products. Contrast: success, with the tool minus without.
 
 Seeds are paired across arms: seed ``s`` of every arm starts from the same LoRA initialization and
 draws from the same seed derivation, so contrasts are paired differences by seed. Every run also
@@ -45,17 +51,25 @@ from pathlib import Path
 from typing import Any
 
 from gemlab.config import Config, make_config
-from gemlab.env_ids import GUESS_20, GUESS_20_IN_7, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT
+from gemlab.env_ids import (
+    GUESS_20,
+    GUESS_20_IN_7,
+    GUESS_EASY,
+    PRODUCTS_1DIGIT,
+    PRODUCTS_NO_TOOL_TEST,
+    PRODUCTS_NO_TOOL_TRAIN,
+    SUMS_1DIGIT,
+)
 from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS, TINY_SUMS
 
-STUDIES = ("gamma", "tuning", "algorithms", "smollm2", "smollm2-gamma")
+STUDIES = ("gamma", "tuning", "algorithms", "smollm2", "smollm2-gamma", "smollm2-tool-use")
 LAPTOP_STUDIES = STUDIES[:3]  # the gemlab/tiny studies: what reproduce_gem.py runs unless told
 SEEDS = tuple(range(10))  # per arm, paired by seed across arms (issue 22: at least 10)
 SMOLLM2_SEEDS = tuple(range(5))  # per method of the smollm2 study (a run costs ~40x a tiny one)
 SMOLLM2_GAMMA_SEEDS = tuple(range(8))  # per discount of the smollm2-gamma study (issue 56: at least 8 paired)
 TUNING_SEEDS = (100, 101)  # the learning-rate sweep's own seeds, never used for the comparison
 # per run; the gamma study converges by ~150
-STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100, "smollm2": 20, "smollm2-gamma": 16}
+STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100, "smollm2": 20, "smollm2-gamma": 16, "smollm2-tool-use": 8}
 GAMMAS = (0.5, 0.9, 1.0)
 LEARNING_RATES = (1e-3, 2e-3, 4e-3)  # the sweep; the laptop preset's 2e-3 is the middle
 EVAL_EVERY = 10  # steps between evaluations on the fixed set (and always at the last step)
@@ -100,6 +114,18 @@ SMOLLM2_LABELS = {
 SMOLLM2_EVAL_GAMES = 64  # every question of rg:sums-1digit-test; 64 fixed games of smollm2-gamma
 # smollm2-gamma's games: name -> (env id, numbers, turns)
 SMOLLM2_GAMES: dict[str, tuple[str, int, int]] = {"easy": (GUESS_EASY, 10, 4), "1to20": (GUESS_20_IN_7, 20, 7)}
+# smollm2-tool-use's arms: name -> what differs from preset=smollm2-tool
+SMOLLM2_TOOL_ARMS: dict[str, dict[str, Any]] = {
+    "tool": {},
+    "no-tool": dict(
+        env_id=PRODUCTS_NO_TOOL_TRAIN,
+        eval_env_id=PRODUCTS_NO_TOOL_TEST,
+        env_wrappers="",
+        warmup_data="own_answers",  # own_code's example is a tool call
+        batch_size=64,  # 64 one-turn episodes, as the tool arm's 128 transitions are 64 two-turn ones
+    ),
+}
+SMOLLM2_TOOL_LABELS = {"tool": "with GEM's python tool", "no-tool": "without a tool"}
 OPTIMIZER_STEPS = {method: settings.get("num_minibatches", 1) for method, settings in METHODS.items()}  # per batch
 
 
@@ -142,6 +168,7 @@ CONTRASTS: dict[str, list[Contrast]] = {
         for g in (0.5, 0.9)
         for metric in ("turns_per_won_game", "success")
     ],
+    "smollm2-tool-use": [Contrast("smollm2-tool", "smollm2-no-tool", "success")],
 }
 
 
@@ -185,7 +212,12 @@ def study_runs(
     unknown = sorted(set(envs) - set(ENVIRONMENTS))
     if unknown:
         raise ValueError(f"Unknown environments {unknown}. Known: {', '.join(ENVIRONMENTS)}")
-    default_seeds = {"tuning": TUNING_SEEDS, "smollm2": SMOLLM2_SEEDS, "smollm2-gamma": SMOLLM2_GAMMA_SEEDS}
+    default_seeds = {
+        "tuning": TUNING_SEEDS,
+        "smollm2": SMOLLM2_SEEDS,
+        "smollm2-gamma": SMOLLM2_GAMMA_SEEDS,
+        "smollm2-tool-use": SMOLLM2_GAMMA_SEEDS,
+    }
     seeds = list(seeds if seeds is not None else default_seeds.get(study, SEEDS))
     eval_games = eval_games or (SMOLLM2_EVAL_GAMES if study.startswith("smollm2") else EVAL_GAMES)
     base = dict(COMMON, max_steps=steps or STEPS[study], log_dir=str(Path(root) / study))
@@ -210,6 +242,23 @@ def study_runs(
             for seed in seeds
             for game, (env_id, _, _) in SMOLLM2_GAMES.items()
             for gamma in GAMMAS
+        ]
+    if study == "smollm2-tool-use":  # a fixed step count, so the arms pair
+        return [
+            Run(
+                make_config(
+                    "smollm2-tool",
+                    **{**base, "batch_size": make_config("smollm2-tool").batch_size, **SMOLLM2_TOOL_ARMS[arm]},
+                    eval_every=0,
+                    max_minutes=None,
+                    seed=seed,
+                    run_name=f"smollm2-{arm}-seed{seed}",
+                ),
+                eval_every,
+                eval_games,
+            )
+            for seed in seeds
+            for arm in SMOLLM2_TOOL_ARMS
         ]
     if study == "smollm2":  # evaluated by the runner in both modes, so the Trainer's own evaluation is off
         return [

