@@ -50,6 +50,7 @@ TABLE_METRICS = {
     "algorithms": ("success",),
     "smollm2": ("success",),
     "smollm2-gamma": ("success", "turns_per_won_game", "turns_per_game"),
+    "smollm2-tool-use": ("success", "turns_per_game"),  # 2 turns: the tool was called
 }
 ALPHA = 0.05
 
@@ -457,15 +458,20 @@ def tuning_figure(folder: str | Path) -> Any:
     return fig
 
 
-def _arms_figure(groups: dict[str, list[Any]], rollouts: str, held_out: str, title: str, smoothing: int) -> Any:
+def _arms_figure(
+    folder: str | Path, labels: dict[str, str], rollouts: str, held_out: str, title: str, smoothing: int
+) -> Any:
     """Training success per step (mean and 95% interval over seeds), then the fixed held-out set
-    sampled and greedy at each evaluation (mean with its 95% t-interval), one line per arm."""
+    sampled and greedy at each evaluation (mean with its 95% t-interval), one line per arm of
+    ``labels`` (arm -> its label) that the study folder has."""
+    groups = group_runs(load_study(folder))
+    labelled = {label: groups[arm] for arm, label in labels.items() if arm in groups}
     fig, axes = plt.subplots(1, 3, figsize=(19, 4.5), constrained_layout=True)
     plots.plot_seed_bands(
-        _frames(groups), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title=rollouts, band="ci95"
+        _frames(labelled), "sampler/success_rate", smoothing=smoothing, ax=axes[0], title=rollouts, band="ci95"
     )
     for ax, mode in zip(axes[1:], ("sampled", "greedy"), strict=True):
-        _eval_curves(ax, groups, "success", mode)
+        _eval_curves(ax, labelled, "success", mode)
         ax.set_title(f"{held_out}, {mode} (95% CI of the mean)")
     left, right = min(ax.get_xlim()[0] for ax in axes), max(ax.get_xlim()[1] for ax in axes)
     for ax in axes:  # one step axis: row i of the rollouts is update i, an evaluation at step n follows update n
@@ -476,12 +482,9 @@ def _arms_figure(groups: dict[str, list[Any]], rollouts: str, held_out: str, tit
 
 def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     """SmolLM2's three advantages on sums: training rollouts, then the held-out sums."""
-    groups = group_runs(load_study(folder))
-    labelled = {
-        label: groups[f"smollm2-{method}"] for method, label in SMOLLM2_LABELS.items() if f"smollm2-{method}" in groups
-    }
     return _arms_figure(
-        labelled,
+        folder,
+        {f"smollm2-{method}": label for method, label in SMOLLM2_LABELS.items()},
         "Training rollouts on the 57 training sums",
         "Held-out sums",
         "SmolLM2-135M-Instruct on sums after the format warm-up: which advantage",
@@ -492,12 +495,9 @@ def smollm2_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
 def smollm2_tool_figure(folder: str | Path, *, smoothing: int = 1) -> Any:
     """SmolLM2 on products with GEM's python tool and without it: training rollouts, then the 64
     held-out products."""
-    groups = group_runs(load_study(folder))
-    labelled = {
-        label: groups[f"smollm2-{arm}"] for arm, label in SMOLLM2_TOOL_LABELS.items() if f"smollm2-{arm}" in groups
-    }
     return _arms_figure(
-        labelled,
+        folder,
+        {f"smollm2-{arm}": label for arm, label in SMOLLM2_TOOL_LABELS.items()},
         "Training rollouts (3-digit x 2-digit products)",
         "64 held-out products",
         "SmolLM2-135M-Instruct with GEM's python tool and without it, after each arm's format warm-up",
