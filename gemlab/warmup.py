@@ -201,14 +201,19 @@ async def warmup_async(
             datums = examples[index * per_step : (index + 1) * per_step]
         else:
             datums = scripted_examples(envs, tokenizer, template, per_step)
-        backward = training_client.forward_backward(datums, "cross_entropy")
-        optim = training_client.optim_step(adam_params(config.warmup_learning_rate))
-        result = await backward.result_async()
-        await optim.result_async()
-        answer_tokens = sum(float(d.loss_fn_inputs["weights"].to_torch().sum()) for d in datums)
-        losses.append(float(result.metrics["loss:sum"]) / answer_tokens)
+        losses.append(await sft_step(training_client, datums, config.warmup_learning_rate))
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
         bar.update(1)
     if own_bar:
         bar.close()
     return losses
+
+
+async def sft_step(training_client: Any, datums: Sequence[types.Datum], learning_rate: float) -> float:
+    """One cross-entropy step on ``datums`` (Adam at ``learning_rate``); the mean loss per answer token."""
+    backward = training_client.forward_backward(list(datums), "cross_entropy")
+    optim = training_client.optim_step(adam_params(learning_rate))
+    result = await backward.result_async()
+    await optim.result_async()
+    answer_tokens = sum(float(d.loss_fn_inputs["weights"].to_torch().sum()) for d in datums)
+    return float(result.metrics["loss:sum"]) / answer_tokens

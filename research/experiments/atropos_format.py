@@ -1,0 +1,235 @@
+"""Does a format warm-up give Atropos's reasoning_gym environment something to train on? SmolLM2-135M-Instruct
+before and after ``gemlab.atropos.warmup.format_warmup``, scored by the environment's own code.
+
+    git clone https://github.com/NousResearch/atropos && git -C atropos checkout 296a0bc5
+    python research/experiments/atropos_format.py --seeds 0 1 2 --out research/data/atropos-format \
+        --env-file atropos/environments/reasoning_gym_environment/reasoning_gym_environment.py
+
+Per seed: the environment (the file as Atropos ships it, loaded in this process; no server is
+called) makes ``--items`` problems with its own ``get_next_item`` (its seed ``1000 + seed``, apart
+from the warm-up's; a prompt longer than its ``max_token_length`` is skipped, as it skips it);
+SmolLM2 answers each ``--group-size`` times as the environment samples (temperature 1.0, top_p
+0.95, its ``max_token_length`` less the prompt), before and after the warm-up (``--warmup-steps``
+x ``--warmup-batch`` of its own answers to the environment's prompts seeded ``seed``, last integer
+in ``<answer>`` tags). Each answer is scored as the environment's
+``score`` scores it (``_extract_final_answer``, then ``_score_answer_with_both_formats``). Printed
+per seed and stage: answers with exactly one tag, answers cut at the length (the environment zeroes
+their advantage), mean score, groups whose scores differ (the only ones the environment sends
+to the trainer) and groups with a score of 0.5 or more; then after - before over seeds, paired
+(``gemlab.studies.stats``). ``--out`` writes ``seed<N>.json`` with every answer's score and task
+(``--report DIR`` prints them again), and saves each warm-up under ``--states`` for
+``python -m gemlab.atropos init_state=...``. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gemlab.atropos.warmup import (
+    answer_items,
+    environment_items,
+    format_warmup,
+    item_messages,
+    prompt_tokens,
+    tag_count,
+)
+from gemlab.doctor import cpu_name
+from gemlab.studies.stats import paired_contrast
+from tinker_emulator import LocalServiceClient
+from tinker_emulator.model_names import SMOLLM2
+
+MAX_TOKEN_LENGTH = 512  # the environment's budget per answer, prompt included (the earlier attempt's)
+
+
+def load_environment(path: Path, seed: int, group_size: int, folder: str) -> Any:
+    """The environment class from ``path``, configured for SmolLM2 and ``seed``; set up."""
+    spec = importlib.util.spec_from_file_location("atropos_environment", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"atropos_format: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from atroposlib.envs.base import APIServerConfig
+
+    config = module.ReasoningGymEnvConfig(
+        tokenizer_name=folder,
+        group_size=group_size,
+        seed=seed,
+        use_wandb=False,
+        max_token_length=MAX_TOKEN_LENGTH,
+        ensure_scores_are_not_same=False,
+    )
+    server = APIServerConfig(model_name=SMOLLM2, base_url="http://127.0.0.1:9/v1", api_key="unused", health_check=False)
+    env = module.ReasoningGymEnv(config, [server], slurm=False, testing=False)
+    asyncio.run(env.setup())
+    return env
+
+
+def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size: int, seed: int) -> dict[str, Any]:
+    """Every answer's tag count, cut, score and task, as the environment would score it."""
+    budgets = [MAX_TOKEN_LENGTH - len(prompt_tokens(tokenizer, item_messages(item))) for item in items]
+
+    async def answers() -> list[
+        list[list[str]]
+    ]:  # every item at once, each at its own budget: the backend batches them
+        return await asyncio.gather(
+            *(
+                answer_items(sampler, tokenizer, [item], samples=group_size, max_tokens=budget, seed=seed + index)
+                for index, (item, budget) in enumerate(zip(items, budgets, strict=True))
+            )
+        )
+
+    rows = []
+    for index, ((texts,), (_, rg_item, dataset), budget) in enumerate(
+        zip(asyncio.run(answers()), items, budgets, strict=True)
+    ):
+        for text in texts:
+            extracted = env._extract_final_answer(text)
+            score = 0.0 if extracted is None else env._score_answer_with_both_formats(extracted, rg_item, dataset)
+            rows.append(
+                {
+                    "item": index,
+                    "task": rg_item.get("metadata", {}).get("source_dataset", "unknown"),
+                    "tags": tag_count(text),
+                    "cut": len(tokenizer.encode(text, add_special_tokens=False)) >= budget,
+                    "score": score,
+                    "text": text[:300],
+                }
+            )
+    return {"answers": rows, **summary(rows, group_size)}
+
+
+def summary(rows: list[dict[str, Any]], group_size: int) -> dict[str, float]:
+    """The shares of answers with one tag and cut at the length, the mean score, the groups whose scores
+    differ (what the environment sends on) and those holding a score of 0.5 or more (a right or half-right
+    answer: reasoning_gym also pays 0.01 for a well-formed wrong one, and some tasks a vanishing partial credit)."""
+    groups = [rows[i : i + group_size] for i in range(0, len(rows), group_size)]
+    return {
+        "one_tag": sum(r["tags"] == 1 for r in rows) / len(rows),
+        "cut": sum(r["cut"] for r in rows) / len(rows),
+        "score": statistics.fmean(r["score"] for r in rows),
+        "groups_with_signal": sum(len({r["score"] for r in g}) > 1 for g in groups) / len(groups),
+        "groups_with_a_right_answer": sum(max(r["score"] for r in g) >= 0.5 for g in groups) / len(groups),
+    }
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    service = LocalServiceClient(root=args.states)
+    training = service.create_lora_training_client(base_model=SMOLLM2, rank=8, seed=seed).result()
+    tokenizer = training.get_tokenizer()
+    folder = Path(args.states) / "tokenizer"  # SmolLM2 comes as gguf: the environment loads a folder
+    tokenizer.save_pretrained(folder)
+    train_env = load_environment(args.env_file, seed, args.group_size, str(folder))
+    eval_env = load_environment(args.env_file, 1000 + seed, args.group_size, str(folder))
+    items = asyncio.run(environment_items(eval_env, args.items, tokenizer, MAX_TOKEN_LENGTH))
+    start = time.time()
+    before = measure(
+        eval_env, training.save_weights_and_get_sampling_client().result(), tokenizer, items, args.group_size, seed
+    )
+    losses = asyncio.run(
+        format_warmup(
+            training,
+            tokenizer,
+            train_env,
+            steps=args.warmup_steps,
+            batch_size=args.warmup_batch,
+            learning_rate=args.learning_rate,
+            seed=seed,
+            max_prompt_tokens=MAX_TOKEN_LENGTH,
+        )
+    )
+    state = training.save_state(f"format-warmup-seed{seed}").result().path
+    after = measure(
+        eval_env, training.save_weights_and_get_sampling_client().result(), tokenizer, items, args.group_size, seed
+    )
+    return {
+        "seed": seed,
+        "warmup_losses": losses,
+        "state": state,
+        "wall_s": time.time() - start,
+        "cpu": cpu_name(),
+        "load": os.getloadavg()[0],
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "before": before,
+        "after": after,
+    }
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    """Per seed and stage the four figures and the tasks that scored, then after - before over the seeds."""
+    for result in results:
+        seed = result["seed"]
+        for stage in ("before", "after"):
+            result[stage].update(summary(result[stage]["answers"], int(result["settings"]["group_size"])))
+            figures = {k: round(v, 3) for k, v in result[stage].items() if k != "answers"}
+            scored = sorted({row["task"] for row in result[stage]["answers"] if row["score"] > 0})
+            print(f"seed {seed} {stage}: {figures}; tasks that scored: {', '.join(scored) or 'none'}")
+        print(
+            f"seed {seed}: warm-up losses {[round(x, 3) for x in result['warmup_losses']]}, "
+            f"{result['wall_s']:.0f} s on {result['cpu']} (load {result['load']:.1f})"
+        )
+    if len(results) > 1:
+        contrasts(results)
+
+
+def contrasts(results: list[dict[str, Any]]) -> None:
+    """After - before over the seeds, paired, for each figure."""
+    for key in ("one_tag", "cut", "score", "groups_with_signal", "groups_with_a_right_answer"):
+        contrast = paired_contrast([r["after"][key] for r in results], [r["before"][key] for r in results])
+        print(f"after - before, {key}: {contrast}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env-file", type=Path, help="Atropos's reasoning_gym_environment.py")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--items", type=int, default=32, help="problems measured per seed (default 32)")
+    parser.add_argument(
+        "--group-size", type=int, default=8, help="answers per problem (default 8, as the earlier attempt)"
+    )
+    parser.add_argument("--warmup-steps", type=int, default=4, help="(default 4, as preset=smollm2)")
+    parser.add_argument("--warmup-batch", type=int, default=32, help="(default 32, as preset=smollm2)")
+    parser.add_argument(
+        "--learning-rate", type=float, default=1e-3, help="the warm-up's (default 1e-3, as preset=smollm2's)"
+    )
+    parser.add_argument("--out", type=Path, help="write seed<N>.json here")
+    parser.add_argument(
+        "--states", default=tempfile.mkdtemp(prefix="gemlab-format-"), help="where the warm-ups are saved"
+    )
+    parser.add_argument("--report", type=Path, metavar="DIR", help="print the tables of the seed<N>.json in DIR")
+    args = parser.parse_args(argv)
+    if args.report:
+        results = [json.loads(path.read_text()) for path in sorted(args.report.glob("seed*.json"))]
+        if not results:
+            print(f"atropos_format: no seed<N>.json in {args.report}", file=sys.stderr)
+            return 2
+        report(results)
+        return 0
+    if args.env_file is None or not args.env_file.is_file():
+        print(f"atropos_format: --env-file must name Atropos's reasoning_gym_environment.py (got {args.env_file})",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    results = []
+    for seed in args.seeds:
+        result = run_seed(args, seed)
+        results.append(result)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"seed{seed}.json").write_text(json.dumps(result, indent=1))
+        report([result])
+    if len(results) > 1:
+        contrasts(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
