@@ -85,10 +85,16 @@ def scripted_examples(envs: Sequence[Any], tokenizer: Any, template: Template, c
     return datums
 
 
+def last_integer(text: str) -> int | None:
+    """The last integer written in ``text`` (an own answer's number); ``None`` when it has none."""
+    numbers = INTEGER.findall(text)
+    return int(numbers[-1]) if numbers else None
+
+
 def boxed_last_integer(text: str) -> str | None:
     """``\\boxed{N}`` for the last integer ``N`` in ``text``; ``None`` when it has none."""
-    numbers = INTEGER.findall(text)
-    return f"\\boxed{{{int(numbers[-1])}}}" if numbers else None
+    number = last_integer(text)
+    return None if number is None else f"\\boxed{{{number}}}"
 
 
 def first_code_block(text: str) -> str | None:

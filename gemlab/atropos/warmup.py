@@ -21,7 +21,7 @@ from tinker import types
 from gemlab.datums import supervised_datum
 from gemlab.episodes import end_of_turn_ids
 from gemlab.seeds import derive_seed
-from gemlab.warmup import INTEGER, sft_step
+from gemlab.warmup import last_integer, sft_step
 
 TAG = "answer"  # reasoning_gym_environment's
 OWN_TOKENS = 96  # room for a short answer and its number
@@ -42,8 +42,8 @@ def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
 
 def tagged_last_integer(text: str, tag: str = TAG) -> str | None:
     """``<tag>N</tag>`` for the last integer ``N`` in ``text``; ``None`` when it has none."""
-    numbers = INTEGER.findall(text)
-    return f"<{tag}>{int(numbers[-1])}</{tag}>" if numbers else None
+    number = last_integer(text)
+    return None if number is None else f"<{tag}>{number}</{tag}>"
 
 
 def tag_count(text: str, tag: str = TAG) -> int:
