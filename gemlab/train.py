@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from gemlab.trainer import Trainer
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     from gemlab.trainer import Interrupted
 
@@ -53,10 +56,25 @@ def _silence_teardown() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line (module docstring); returns the exit status."""
+    """The command line (module docstring); returns the exit status. The process-wide hooks it sets
+    while it trains (Ctrl-C and SIGTERM handlers, the unraisable hook, the warning format) are put back
+    when it returns, so a notebook or a test that calls it keeps its own: a SIGTERM handler left behind
+    would turn a later ``kill`` of that process into an exception in whatever code it reached."""
+    formatwarning, unraisablehook = warnings.formatwarning, sys.unraisablehook
+    handlers = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        warnings.formatwarning, sys.unraisablehook = formatwarning, unraisablehook
+        if threading.current_thread() is threading.main_thread():  # only the main thread sets handlers
+            for signum, handler in handlers.items():
+                if handler is not None:  # None: set outside Python, cannot be put back from it
+                    signal.signal(signum, handler)
+
+
+def _main(args: list[str]) -> int:
     from gemlab.config import config_from_argv, help_text
 
-    args = sys.argv[1:] if argv is None else argv
     if any(arg in ("-h", "--help", "help") for arg in args):
         print(help_text())
         return 0
@@ -280,7 +298,7 @@ def _contents(run_dir: Path) -> list[str]:
 if __name__ == "__main__":
     from gemlab.cli import run
 
-    code = run("gemlab.train", main)
+    code = run("gemlab.train", lambda: _main(sys.argv[1:]))  # the process ends after it: nothing to put back
     if code in (130, 143):
         # Interrupted: the checkpoint is saved and the folder unlocked, but a cancelled sampling batch
         # may still be running on a local-backend worker thread; ending the interpreter around it

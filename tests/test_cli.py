@@ -4,8 +4,10 @@ true about what was kept."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -161,11 +163,19 @@ def test_summary_compares_the_means_of_the_first_and_last_ten_steps() -> None:
     )
 
 
-def test_last_line_names_every_file_the_run_wrote(tmp_path: Path, capsys, monkeypatch) -> None:
+def _hooks() -> tuple:
+    return warnings.formatwarning, sys.unraisablehook, signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+
+
+def test_last_line_names_every_file_the_run_wrote_and_the_callers_hooks_are_put_back(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    before = _hooks()
     assert (
         main(["preset=laptop", "max_steps=2", "batch_size=16", "num_env=4", f"log_dir={tmp_path}", "run_name=r"]) == 0
     )
+    assert _hooks() == before  # a SIGTERM handler left behind would turn a later kill of pytest into an exception
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("done: 2 steps, rollout success on training problems ")
     written = [p.name for p in (tmp_path / "r").iterdir() if not p.name.startswith(".")]
