@@ -429,7 +429,7 @@ def test_ctrl_c_while_loading_or_drawing_exits_130_in_one_line(tmp_path: Path, w
 LOST_IN_A_FINALIZER = """
 import signal, sys, time, weakref
 from gemlab import train
-train.main(["preset=nonsense"])  # bad input: returns 2, with the command line's hooks in place
+train._main(["preset=nonsense"])  # as `python -m gemlab.train` runs it: returns 2 and leaves its hooks in place
 signal.signal(signal.SIGINT, train._interrupt)
 class Thing: pass
 thing = Thing()
