@@ -3,7 +3,7 @@
 role (the other folders: notebook helpers, the lab, the studies, the OpenAI endpoint, the Atropos
 loop, the tiny model, the cookbook adapter), so the roles stand on the pipeline and never the other
 way round. data/ holds only what notebooks, tests and code read, and notebooks show only images
-under notebooks/ or data/.
+under notebooks/ or data/ and are committed clean (no outputs, a unique id per cell).
 
 The import graph is read from the source with ``ast``: every ``import``/``from ... import`` of a
 gemlab or tinker_emulator module, at module level and inside functions alike (a function-level import that dodges a
@@ -291,6 +291,29 @@ def test_notebooks_show_only_images_of_the_kit() -> None:
                 ):
                     wrong.append(f"{notebook.name}: {a or b}")
     assert not wrong, "notebooks show images under notebooks/ or data/: " + "; ".join(wrong)
+
+
+def test_notebooks_are_committed_clean_and_valid() -> None:
+    """Notebooks are committed without outputs or execution counts, and valid for nbformat 4.5: every
+    cell has a unique id (a cell without one is a warning today and a hard error in later nbformat)."""
+    import nbformat
+
+    wrong = []
+    for notebook in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        content = json.loads(notebook.read_text())
+        cells = content["cells"]
+        ids = [cell.get("id") for cell in cells]
+        if None in ids:
+            wrong.append(f"{notebook.name}: {ids.count(None)} cells without an id")
+        elif len(set(ids)) < len(ids):
+            wrong.append(f"{notebook.name}: cell ids not unique")
+        if any(cell.get("outputs") or cell.get("execution_count") for cell in cells):
+            wrong.append(f"{notebook.name}: committed with outputs")
+        try:
+            nbformat.validate(content, version=4, version_minor=content["nbformat_minor"])
+        except nbformat.ValidationError as error:
+            wrong.append(f"{notebook.name}: {error.message}")
+    assert not wrong, "; ".join(wrong)
 
 
 def code_strings(source: str) -> list[ast.Constant]:
