@@ -30,7 +30,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -203,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="write seed<N>.json here")
     parser.add_argument(
-        "--states", default=tempfile.mkdtemp(prefix="gemlab-format-"), help="where the warm-ups are saved"
+        "--states",
+        type=Path,
+        default=Path("runs/atropos-format"),
+        help="where the warm-ups are saved, for `python -m gemlab.atropos init_state=...` (runs/atropos-format)",
     )
     parser.add_argument("--report", type=Path, metavar="DIR", help="print the tables of the seed<N>.json in DIR")
     args = parser.parse_args(argv)
