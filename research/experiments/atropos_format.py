@@ -14,8 +14,9 @@ x ``--warmup-batch`` of its own answers to the environment's prompts seeded ``se
 in ``<answer>`` tags). Each answer is scored as the environment's
 ``score`` scores it (``_extract_final_answer``, then ``_score_answer_with_both_formats``). Printed
 per seed and stage: answers with exactly one tag, answers cut at the length (the environment zeroes
-their advantage), mean score, groups whose scores differ (the only ones the environment sends
-to the trainer) and groups with a score of 0.5 or more; then after - before over seeds, paired
+their advantage), answers it keeps (10 trained tokens or more), mean score, groups whose scores differ,
+groups it sends to the trainer (scores differ and all answers kept: atroposlib skips a smaller group)
+and groups with a score of 0.5 or more; then after - before over seeds, paired
 (``gemlab.studies.stats``). ``--out`` writes ``seed<N>.json`` with every answer's score and task
 (``--report DIR`` prints them again), and saves each warm-up under ``--states`` for
 ``python -m gemlab.atropos init_state=...``. Not a test.
@@ -48,6 +49,7 @@ from tinker_emulator import LocalServiceClient
 from tinker_emulator.model_names import SMOLLM2
 
 MAX_TOKEN_LENGTH = 512  # the environment's budget per answer, prompt included (the earlier attempt's)
+MIN_TRAINED_TOKENS = 10  # reasoning_gym_environment drops an answer with fewer ("insufficient context")
 
 
 def load_environment(path: Path, seed: int, group_size: int, folder: str) -> Any:
@@ -99,6 +101,7 @@ def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size
                     "item": index,
                     "task": rg_item.get("metadata", {}).get("source_dataset", "unknown"),
                     "tags": tag_count(text),
+                    "tokens": len(tokenizer.encode(text, add_special_tokens=False)),
                     "cut": len(tokenizer.encode(text, add_special_tokens=False)) >= budget,
                     "score": score,
                     "text": text[:300],
@@ -107,16 +110,25 @@ def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size
     return {"answers": rows, **summary(rows, group_size)}
 
 
+def kept(row: dict[str, Any]) -> bool:
+    """Whether the environment keeps the answer: it drops one with fewer than ``MIN_TRAINED_TOKENS`` trained
+    tokens (the answer and, unless it was cut, its end-of-turn token) as "insufficient context"."""
+    return row["tokens"] + (0 if row["cut"] else 1) >= MIN_TRAINED_TOKENS
+
+
 def summary(rows: list[dict[str, Any]], group_size: int) -> dict[str, float]:
-    """The shares of answers with one tag and cut at the length, the mean score, the groups whose scores
-    differ (what the environment sends on) and those holding a score of 0.5 or more (a right or half-right
+    """The shares of answers with one tag, cut at the length and kept (``kept``), the mean score, the groups
+    whose scores differ, those the environment sends on (every answer kept, as atroposlib skips a group of fewer
+    than ``group_size``, and scores that differ) and those holding a score of 0.5 or more (a right or half-right
     answer: reasoning_gym also pays 0.01 for a well-formed wrong one, and some tasks a vanishing partial credit)."""
     groups = [rows[i : i + group_size] for i in range(0, len(rows), group_size)]
     return {
         "one_tag": sum(r["tags"] == 1 for r in rows) / len(rows),
         "cut": sum(r["cut"] for r in rows) / len(rows),
+        "kept": sum(map(kept, rows)) / len(rows),
         "score": statistics.fmean(r["score"] for r in rows),
         "groups_with_signal": sum(len({r["score"] for r in g}) > 1 for g in groups) / len(groups),
+        "groups_sent_on": sum(all(map(kept, g)) and len({r["score"] for r in g}) > 1 for g in groups) / len(groups),
         "groups_with_a_right_answer": sum(max(r["score"] for r in g) >= 0.5 for g in groups) / len(groups),
     }
 
@@ -182,7 +194,8 @@ def report(results: list[dict[str, Any]]) -> None:
 
 def contrasts(results: list[dict[str, Any]]) -> None:
     """After - before over the seeds, paired, for each figure."""
-    for key in ("one_tag", "cut", "score", "groups_with_signal", "groups_with_a_right_answer"):
+    keys = ("one_tag", "cut", "kept", "score", "groups_with_signal", "groups_sent_on", "groups_with_a_right_answer")
+    for key in keys:
         contrast = paired_contrast([r["after"][key] for r in results], [r["before"][key] for r in results])
         print(f"after - before, {key}: {contrast}")
 
