@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,7 +146,17 @@ def _trainer(tmp_path: Path, name: str, service=None) -> Trainer:
     )
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt for the test: a job a shell starts in the background has SIGINT
+    ignored, Python then keeps it ignored, and ``_thread.interrupt_main`` does nothing (the test would hang)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("point", ["sample", "forward_backward"])
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_in_step_leaves_weights_metrics_and_counter_agreeing(tmp_path: Path, point: str) -> None:
     """Ctrl-C while sampling rolls the step back; while updating, lets it finish. Either way the
     next steps are exactly those of a run that was never interrupted."""
