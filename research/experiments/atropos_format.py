@@ -94,6 +94,7 @@ def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size
         zip(asyncio.run(answers()), items, budgets, strict=True)
     ):
         for text in texts:
+            tokens = len(tokenizer.encode(text, add_special_tokens=False))
             extracted = env._extract_final_answer(text)
             score = 0.0 if extracted is None else env._score_answer_with_both_formats(extracted, rg_item, dataset)
             rows.append(
@@ -101,8 +102,8 @@ def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size
                     "item": index,
                     "task": rg_item.get("metadata", {}).get("source_dataset", "unknown"),
                     "tags": tag_count(text),
-                    "tokens": len(tokenizer.encode(text, add_special_tokens=False)),
-                    "cut": len(tokenizer.encode(text, add_special_tokens=False)) >= budget,
+                    "tokens": tokens,
+                    "cut": tokens >= budget,
                     "score": score,
                     "text": text[:300],
                 }
