@@ -5,8 +5,10 @@ drops every group whose answers all score the same, so a model that never writes
 the trainer a batch (research/notes/decoupled.md). This is ``gemlab.warmup``'s ``own_answers`` for
 such an environment: the model answers the environment's own prompts (``get_next_item``'s messages,
 system prompt included, rendered by the tokenizer's chat template as the environment renders them),
-and each answer's last integer, inside the tag, becomes its target. No right answer is used: the
-format is taught, what the model would answer is left as it was.
+and each answer (its first ``OWN_TOKENS`` tokens) becomes its own target with its last integer, inside
+the tag, after it. No right answer is used: the format is taught, what the model would answer is left as it
+was. The answer's own text stays in the target because the environment also drops an answer of fewer
+than 10 trained tokens, and the tag alone is about 8.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from tinker import types
 
@@ -24,8 +26,17 @@ from gemlab.seeds import derive_seed
 from gemlab.warmup import last_integer, sft_step
 
 TAG = "answer"  # reasoning_gym_environment's
-OWN_TOKENS = 96  # room for a short answer and its number
+OWN_TOKENS = 96  # an answer's first 96 tokens: it learns to tag its number well within the environment's budget
 TOP_P = 0.95  # reasoning_gym_environment samples at temperature 1.0, top_p 0.95
+MIN_TRAINED_TOKENS = 10  # reasoning_gym_environment drops an answer with fewer ("insufficient context")
+
+
+class Answer(NamedTuple):
+    """A sampled answer as text without special tokens; ``finished`` when it ended by itself, not at
+    ``max_tokens``."""
+
+    text: str
+    finished: bool
 
 
 def item_messages(item: Sequence[Any]) -> list[dict[str, str]]:
@@ -40,17 +51,18 @@ def prompt_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def tagged_last_integer(text: str, tag: str = TAG) -> str | None:
-    """``<tag>N</tag>`` for the last integer ``N`` in ``text``; ``None`` when it has none."""
-    number = last_integer(text)
-    return None if number is None else f"<{tag}>{number}</{tag}>"
-
-
 def tag_count(text: str, tag: str = TAG) -> int:
     """How many ``<tag>...</tag>`` spans ``text`` holds outside ``<think>`` blocks (the environment
     scores an answer only when this is 1)."""
     outside = re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL | re.IGNORECASE)
     return len(re.findall(rf"<{tag}>.*?</{tag}>", outside, flags=re.DOTALL | re.IGNORECASE))
+
+
+def tagged_answer(text: str, tag: str = TAG) -> str | None:
+    """``text`` followed by ``<tag>N</tag>`` for its last integer ``N``; ``None`` when it has none, or
+    has a tag already (a second one would fail the environment's format)."""
+    number = last_integer(text)
+    return None if number is None or tag_count(text, tag) else f"{text.rstrip()}\n<{tag}>{number}</{tag}>"
 
 
 async def environment_items(
@@ -77,11 +89,10 @@ async def answer_items(
     max_tokens: int = OWN_TOKENS,
     temperature: float = 1.0,
     seed: int = 0,
-) -> list[list[str]]:
-    """``samples`` answers to each item's prompt (item ``i`` sampled with ``derive_seed(seed, i)``),
-    as text without special tokens."""
+) -> list[list[Answer]]:
+    """``samples`` answers to each item's prompt (item ``i`` sampled with ``derive_seed(seed, i)``)."""
 
-    async def answer(index: int, item: Any) -> list[str]:
+    async def answer(index: int, item: Any) -> list[Answer]:
         response = await sampler.sample_async(
             prompt=types.ModelInput.from_ints(prompt_tokens(tokenizer, item_messages(item))),
             num_samples=samples,
@@ -93,7 +104,10 @@ async def answer_items(
                 seed=derive_seed(seed, index),
             ),
         )
-        return [tokenizer.decode(s.tokens, skip_special_tokens=True) for s in response.sequences]
+        return [
+            Answer(tokenizer.decode(s.tokens, skip_special_tokens=True), s.stop_reason == "stop")
+            for s in response.sequences
+        ]
 
     return list(await asyncio.gather(*(answer(i, item) for i, item in enumerate(items))))
 
@@ -109,11 +123,14 @@ async def format_warmup(
     seed: int,
     max_asked: int = 4,
     max_prompt_tokens: int | None = None,
+    min_tokens: int = MIN_TRAINED_TOKENS,
 ) -> list[float]:
-    """``steps`` cross-entropy steps of ``batch_size`` (prompt, ``<answer>N</answer>``) examples from
-    the model's own answers to ``env``'s prompts, all asked of the weights as they were before; the
-    mean loss per answer token of each step. Raises ``ValueError`` when fewer than one answer in
-    ``max_asked`` holds a number. Prompts of ``max_prompt_tokens`` or more are left out, as the
+    """``steps`` cross-entropy steps of ``batch_size`` (prompt, ``answer\n<answer>N</answer>``) examples
+    from the model's own answers to ``env``'s prompts, all asked of the weights as they were before; the
+    mean loss per answer token of each step. An answer cut at ``OWN_TOKENS`` is kept as cut (half of
+    SmolLM2's run longer); one whose target with its end-of-turn token is shorter than ``min_tokens``
+    is not used. Raises ``ValueError`` when fewer than
+    one answer in ``max_asked`` can be used. Prompts of ``max_prompt_tokens`` or more are left out, as the
     environment leaves them out (reasoning_gym's: its ``max_token_length``)."""
     wanted = steps * batch_size
     sampler = await training_client.save_weights_and_get_sampling_client_async()
@@ -124,12 +141,16 @@ async def format_warmup(
         items = await environment_items(env, wanted - len(datums), tokenizer, max_prompt_tokens)
         answers = await answer_items(sampler, tokenizer, items, seed=derive_seed(seed, asked))
         asked += len(items)
-        for item, (text,) in zip(items, answers, strict=True):
-            if (target := tagged_last_integer(text)) is not None:
+        for item, ((text, _),) in zip(items, answers, strict=True):
+            if (target := tagged_answer(text)) is not None:
                 answer = list(tokenizer.encode(target, add_special_tokens=False)) + end
-                datums.append(supervised_datum(prompt_tokens(tokenizer, item_messages(item)), answer))
+                if len(answer) >= min_tokens:
+                    datums.append(supervised_datum(prompt_tokens(tokenizer, item_messages(item)), answer))
     if len(datums) < wanted:
-        raise ValueError(f"the model wrote a number in only {len(datums)} of {asked} answers; {wanted} needed")
+        raise ValueError(
+            f"only {len(datums)} of {asked} answers held a number and made {min_tokens} tokens tagged; "
+            f"{wanted} needed"
+        )
     return [
         await sft_step(training_client, datums[step * batch_size : (step + 1) * batch_size], learning_rate)
         for step in range(steps)

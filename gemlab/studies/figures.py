@@ -475,7 +475,7 @@ def _arms_figure(
         ax.set_title(f"{held_out}, {mode} (95% CI of the mean)")
     left, right = min(ax.get_xlim()[0] for ax in axes), max(ax.get_xlim()[1] for ax in axes)
     for ax in axes:  # one step axis: row i of the rollouts is update i, an evaluation at step n follows update n
-        ax.set(ylim=(0, 1.02), xlim=(left, right))
+        ax.set(ylim=(-0.03, 1.03), xlim=(left, right))  # a line at 0 or 1 is drawn whole
     fig.suptitle(title)
     return fig
 

@@ -10,8 +10,8 @@ called) makes ``--items`` problems with its own ``get_next_item`` (its seed ``10
 from the warm-up's; a prompt longer than its ``max_token_length`` is skipped, as it skips it);
 SmolLM2 answers each ``--group-size`` times as the environment samples (temperature 1.0, top_p
 0.95, its ``max_token_length`` less the prompt), before and after the warm-up (``--warmup-steps``
-x ``--warmup-batch`` of its own answers to the environment's prompts seeded ``seed``, last integer
-in ``<answer>`` tags). Each answer is scored as the environment's
+x ``--warmup-batch`` of its own answers to the environment's prompts seeded ``seed``, each followed by
+its last integer in ``<answer>`` tags). Each answer is scored as the environment's
 ``score`` scores it (``_extract_final_answer``, then ``_score_answer_with_both_formats``). Printed
 per seed and stage: answers with exactly one tag, answers cut at the length (the environment zeroes
 their advantage), answers it keeps (10 trained tokens or more), mean score, groups whose scores differ,
@@ -19,7 +19,10 @@ groups it sends to the trainer (scores differ and all answers kept: atroposlib s
 and groups with a score of 0.5 or more; then after - before over seeds, paired
 (``gemlab.studies.stats``). ``--out`` writes ``seed<N>.json`` with every answer's score and task
 (``--report DIR`` prints them again), and saves each warm-up under ``--states`` for
-``python -m gemlab.atropos init_state=...``. Not a test.
+``python -m gemlab.atropos init_state=...``. ``--before-from DIR`` takes the base model's measure from an
+earlier record instead of sampling it again. After RL, ``--state PATH --seeds N`` scores the run's saved
+weights on seed N's problems in the same way (``state-seed<N>.json``; ``--report`` pairs it with the
+warm-up's "after"). Not a test.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from gemlab.atropos.warmup import (
+    MIN_TRAINED_TOKENS,
+    Answer,
     answer_items,
     environment_items,
     format_warmup,
@@ -49,7 +54,6 @@ from tinker_emulator import LocalServiceClient
 from tinker_emulator.model_names import SMOLLM2
 
 MAX_TOKEN_LENGTH = 512  # the environment's budget per answer, prompt included (the earlier attempt's)
-MIN_TRAINED_TOKENS = 10  # reasoning_gym_environment drops an answer with fewer ("insufficient context")
 
 
 def load_environment(path: Path, seed: int, group_size: int, folder: str) -> Any:
@@ -79,9 +83,7 @@ def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size
     """Every answer's tag count, cut, score and task, as the environment would score it."""
     budgets = [MAX_TOKEN_LENGTH - len(prompt_tokens(tokenizer, item_messages(item))) for item in items]
 
-    async def answers() -> list[
-        list[list[str]]
-    ]:  # every item at once, each at its own budget: the backend batches them
+    async def answers() -> list[list[list[Answer]]]:  # every item at once, each at its own budget: batched
         return await asyncio.gather(
             *(
                 answer_items(sampler, tokenizer, [item], samples=group_size, max_tokens=budget, seed=seed + index)
@@ -90,10 +92,8 @@ def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size
         )
 
     rows = []
-    for index, ((texts,), (_, rg_item, dataset), budget) in enumerate(
-        zip(asyncio.run(answers()), items, budgets, strict=True)
-    ):
-        for text in texts:
+    for index, ((texts,), (_, rg_item, dataset)) in enumerate(zip(asyncio.run(answers()), items, strict=True)):
+        for text, finished in texts:
             tokens = len(tokenizer.encode(text, add_special_tokens=False))
             extracted = env._extract_final_answer(text)
             score = 0.0 if extracted is None else env._score_answer_with_both_formats(extracted, rg_item, dataset)
@@ -103,7 +103,7 @@ def measure(env: Any, sampler: Any, tokenizer: Any, items: list[Any], group_size
                     "task": rg_item.get("metadata", {}).get("source_dataset", "unknown"),
                     "tags": tag_count(text),
                     "tokens": tokens,
-                    "cut": tokens >= budget,
+                    "cut": not finished,
                     "score": score,
                     "text": text[:300],
                 }
@@ -134,19 +134,57 @@ def summary(rows: list[dict[str, Any]], group_size: int) -> dict[str, float]:
     }
 
 
-def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    service = LocalServiceClient(root=args.states)
-    training = service.create_lora_training_client(base_model=SMOLLM2, rank=8, seed=seed).result()
+def held_out(args: argparse.Namespace, seed: int, training: Any) -> tuple[Any, str, Any, list[Any]]:
+    """The tokenizer, a folder the environment can load it from, the environment seeded ``1000 + seed``
+    and its ``--items`` problems: the same for the warm-up's measures and for ``--state``'s."""
     tokenizer = training.get_tokenizer()
     folder = Path(args.states) / "tokenizer"  # SmolLM2 comes as gguf: the environment loads a folder
     tokenizer.save_pretrained(folder)
-    train_env = load_environment(args.env_file, seed, args.group_size, str(folder))
     eval_env = load_environment(args.env_file, 1000 + seed, args.group_size, str(folder))
-    items = asyncio.run(environment_items(eval_env, args.items, tokenizer, MAX_TOKEN_LENGTH))
-    start = time.time()
-    before = measure(
-        eval_env, training.save_weights_and_get_sampling_client().result(), tokenizer, items, args.group_size, seed
+    return (
+        tokenizer,
+        str(folder),
+        eval_env,
+        asyncio.run(environment_items(eval_env, args.items, tokenizer, MAX_TOKEN_LENGTH)),
     )
+
+
+def provenance(args: argparse.Namespace, start: float) -> dict[str, Any]:
+    return {
+        "wall_s": time.time() - start,
+        "cpu": cpu_name(),
+        "load": os.getloadavg()[0],
+        "settings": {k: str(v) for k, v in vars(args).items()},
+    }
+
+
+def earlier_before(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The base model's measure from ``--before-from``'s ``seed<N>.json``: the same problems and sampling
+    seeds give the same answers, so a new warm-up need not sample them again (an hour of a core)."""
+    path = args.before_from / f"seed{seed}.json"
+    if not path.is_file():
+        raise SystemExit(f"atropos_format: --before-from has no {path.name} in {args.before_from}")
+    record = json.loads(path.read_text())
+    for key in ("items", "group_size"):
+        if record["settings"][key] != str(getattr(args, key)):
+            raise SystemExit(
+                f"atropos_format: {path} was measured with --{key.replace('_', '-')} {record['settings'][key]}"
+            )
+    return {**record["before"], "from": str(path)}
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Before the warm-up (or ``--before-from``'s), the warm-up (saved under ``--states``), after it."""
+    service = LocalServiceClient(root=args.states)
+    training = service.create_lora_training_client(base_model=SMOLLM2, rank=8, seed=seed).result()
+    tokenizer, folder, eval_env, items = held_out(args, seed, training)
+    train_env = load_environment(args.env_file, seed, args.group_size, folder)
+    start = time.time()
+    if args.before_from:
+        before = earlier_before(args, seed)
+    else:
+        sampler = training.save_weights_and_get_sampling_client().result()
+        before = measure(eval_env, sampler, tokenizer, items, args.group_size, seed)
     losses = asyncio.run(
         format_warmup(
             training,
@@ -167,38 +205,64 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "seed": seed,
         "warmup_losses": losses,
         "state": state,
-        "wall_s": time.time() - start,
-        "cpu": cpu_name(),
-        "load": os.getloadavg()[0],
-        "settings": {k: str(v) for k, v in vars(args).items()},
+        **provenance(args, start),
         "before": before,
         "after": after,
     }
 
 
+def score_state(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The saved weights at ``--state`` (an RL run's checkpoint) on the seed's problems, as ``run_seed``
+    measures after the warm-up: same problems, same sampling seeds."""
+    service = LocalServiceClient(root=args.states)
+    training = service.create_training_client_from_state(str(args.state), base_model=SMOLLM2).result()
+    tokenizer, _, eval_env, items = held_out(args, seed, training)
+    start = time.time()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    scored = measure(eval_env, sampler, tokenizer, items, args.group_size, seed)
+    return {"seed": seed, "state": str(args.state), **provenance(args, start), "scored": scored}
+
+
+KEYS = ("one_tag", "cut", "kept", "score", "groups_with_signal", "groups_sent_on", "groups_with_a_right_answer")
+
+
+def stage_line(seed: int, stage: str, measured: dict[str, Any], group_size: int) -> None:
+    """The figures of one measure (recomputed from its answers) and the tasks that scored."""
+    measured.update(summary(measured["answers"], group_size))
+    figures = {key: round(measured[key], 3) for key in KEYS}
+    scored = sorted({row["task"] for row in measured["answers"] if row["score"] > 0})
+    print(f"seed {seed} {stage}: {figures}; tasks that scored: {', '.join(scored) or 'none'}")
+
+
 def report(results: list[dict[str, Any]]) -> None:
-    """Per seed and stage the four figures and the tasks that scored, then after - before over the seeds."""
+    """Per seed and stage the figures and the tasks that scored, then after - before over the seeds."""
     for result in results:
         seed = result["seed"]
         for stage in ("before", "after"):
-            result[stage].update(summary(result[stage]["answers"], int(result["settings"]["group_size"])))
-            figures = {k: round(v, 3) for k, v in result[stage].items() if k != "answers"}
-            scored = sorted({row["task"] for row in result[stage]["answers"] if row["score"] > 0})
-            print(f"seed {seed} {stage}: {figures}; tasks that scored: {', '.join(scored) or 'none'}")
+            stage_line(seed, stage, result[stage], int(result["settings"]["group_size"]))
         print(
             f"seed {seed}: warm-up losses {[round(x, 3) for x in result['warmup_losses']]}, "
             f"{result['wall_s']:.0f} s on {result['cpu']} (load {result['load']:.1f})"
         )
     if len(results) > 1:
-        contrasts(results)
+        contrasts([r["after"] for r in results], [r["before"] for r in results], "after - before")
 
 
-def contrasts(results: list[dict[str, Any]]) -> None:
-    """After - before over the seeds, paired, for each figure."""
-    keys = ("one_tag", "cut", "kept", "score", "groups_with_signal", "groups_sent_on", "groups_with_a_right_answer")
-    for key in keys:
-        contrast = paired_contrast([r["after"][key] for r in results], [r["before"][key] for r in results])
-        print(f"after - before, {key}: {contrast}")
+def report_states(records: list[dict[str, Any]], warmups: list[dict[str, Any]]) -> None:
+    """Per seed the scored state's figures, then state - after the warm-up over the seeds both have."""
+    for record in records:
+        stage_line(record["seed"], f"state {record['state']}", record["scored"], int(record["settings"]["group_size"]))
+        print(f"seed {record['seed']}: {record['wall_s']:.0f} s on {record['cpu']} (load {record['load']:.1f})")
+    after = {w["seed"]: w["after"] for w in warmups}
+    paired = [r for r in records if r["seed"] in after]
+    if paired:
+        contrasts([r["scored"] for r in paired], [after[r["seed"]] for r in paired], "state - after the warm-up")
+
+
+def contrasts(later: list[dict[str, Any]], earlier: list[dict[str, Any]], label: str) -> None:
+    """``later - earlier`` over the seeds, paired, for each figure."""
+    for key in KEYS:
+        print(f"{label}, {key}: {paired_contrast([x[key] for x in later], [x[key] for x in earlier])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,19 +285,47 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("runs/atropos-format"),
         help="where the warm-ups are saved, for `python -m gemlab.atropos init_state=...` (runs/atropos-format)",
     )
-    parser.add_argument("--report", type=Path, metavar="DIR", help="print the tables of the seed<N>.json in DIR")
+    parser.add_argument(
+        "--before-from",
+        type=Path,
+        metavar="DIR",
+        help="take the base model's measure from DIR's seed<N>.json instead of sampling it again",
+    )
+    parser.add_argument(
+        "--state",
+        help="score these saved weights (e.g. `gemlab.atropos`'s checkpoint after RL) on the one seed's problems "
+        "instead of warming up; writes state-seed<N>.json",
+    )
+    parser.add_argument(
+        "--report", type=Path, metavar="DIR", help="print the tables of the seed<N>.json and state-seed<N>.json in DIR"
+    )
     args = parser.parse_args(argv)
     if args.report:
         results = [json.loads(path.read_text()) for path in sorted(args.report.glob("seed*.json"))]
-        if not results:
-            print(f"atropos_format: no seed<N>.json in {args.report}", file=sys.stderr)
+        states = [json.loads(path.read_text()) for path in sorted(args.report.glob("state-seed*.json"))]
+        if not results and not states:
+            print(f"atropos_format: no seed<N>.json or state-seed<N>.json in {args.report}", file=sys.stderr)
             return 2
         report(results)
+        report_states(states, results)
         return 0
+    if args.state and len(args.seeds) != 1:
+        print(
+            "atropos_format: --state scores one run: give the one seed it was trained with (--seeds N)", file=sys.stderr
+        )
+        return 2
     if args.env_file is None or not args.env_file.is_file():
         print(f"atropos_format: --env-file must name Atropos's reasoning_gym_environment.py (got {args.env_file})",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.state:
+        (seed,) = args.seeds
+        record = score_state(args, seed)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"state-seed{seed}.json").write_text(json.dumps(record, indent=1))
+        report_states([record], [])
+        return 0
     results = []
     for seed in args.seeds:
         result = run_seed(args, seed)
@@ -243,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             (args.out / f"seed{seed}.json").write_text(json.dumps(result, indent=1))
         report([result])
     if len(results) > 1:
-        contrasts(results)
+        contrasts([r["after"] for r in results], [r["before"] for r in results], "after - before")
     return 0
 
 

@@ -180,6 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             print(f"reproduce_gem: {error}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            print(
+                "\nreproduce_gem: interrupted; run the same command again: finished runs are skipped, "
+                "unfinished ones resume from their last checkpoint",
+                file=sys.stderr,
+            )
+            return 130
         print(f"\n{study}: {time.time() - start:.0f} s wall for {len(timings)} runs")
         cpu = [t["cpu_s"] / t["steps"] for t in read_timings(Path(args.root) / study) if t.get("cpu_s") and t["steps"]]
         if cpu:

@@ -1,6 +1,7 @@
 """The format warm-up on an Atropos environment's own prompts (gemlab.atropos.warmup): the environment's
-messages, system prompt included, rendered as the environment renders them; the model's own last
-integer inside the environment's ``<answer>`` tag as the target; no right answer used."""
+messages, system prompt included, rendered as the environment renders them; the model's own answer
+followed by its last integer inside the environment's ``<answer>`` tag as the target, long enough for the
+environment to keep; no right answer used."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from gemlab.atropos.warmup import (
     item_messages,
     prompt_tokens,
     tag_count,
-    tagged_last_integer,
+    tagged_answer,
 )
 from tinker_emulator.models import load_tokenizer
 
@@ -38,8 +39,9 @@ class _Environment:
 
 
 class _Client:
-    """A training client whose sampler answers the n-th prompt with ``texts[n % len(texts)]``; it records
-    the prompts asked and the datums trained."""
+    """A training client whose sampler answers the n-th prompt with ``texts[n % len(texts)]``, ended by
+    itself unless the text ends with "..." (cut at ``max_tokens``); it records the prompts asked and the
+    datums trained."""
 
     def __init__(self, tokenizer, texts) -> None:
         self.tokenizer, self.texts, self.prompts, self.trained = tokenizer, texts, [], []
@@ -52,7 +54,13 @@ class _Client:
         self.prompts.append(prompt.to_ints())
         assert (sampling_params.temperature, sampling_params.top_p) == (1.0, 0.95)  # as the environment samples
         return SimpleNamespace(
-            sequences=[SimpleNamespace(tokens=self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+            sequences=[
+                SimpleNamespace(
+                    tokens=self.tokenizer.encode(t, add_special_tokens=False),
+                    stop_reason="length" if t.endswith("...") else "stop",
+                )
+                for t in texts
+            ]
         )
 
     def forward_backward(self, datums, loss_fn):
@@ -82,10 +90,15 @@ def _trained_text(tokenizer, datum) -> tuple[str, str]:
 
 @pytest.mark.parametrize(
     ("text", "target"),
-    [("It is 3 + 4 = 7.", "<answer>7</answer>"), ("-3, or 05", "<answer>5</answer>"), ("no idea", None)],
+    [
+        ("It is 3 + 4 = 7. ", "It is 3 + 4 = 7.\n<answer>7</answer>"),
+        ("-3, or 05", "-3, or 05\n<answer>5</answer>"),
+        ("no idea", None),
+        ("<answer>7</answer> so 7", None),  # a second tag would fail the environment's format
+    ],
 )
-def test_the_last_integer_goes_inside_the_answer_tag(text, target):
-    assert tagged_last_integer(text) == target
+def test_the_answer_is_followed_by_its_last_integer_inside_the_answer_tag(text, target):
+    assert tagged_answer(text) == target
 
 
 def test_tags_inside_think_do_not_count_as_the_environment_counts_them():
@@ -96,9 +109,11 @@ def test_tags_inside_think_do_not_count_as_the_environment_counts_them():
 
 def test_the_warmup_trains_the_tag_on_the_environments_own_prompts():
     tokenizer = load_tokenizer("gemlab/tiny-chat")
-    client = _Client(tokenizer, ["So 3 + 1 is 4.", "no idea", "The answer: 12"])
+    client = _Client(tokenizer, ["So 3 + 1 is 4.", "no idea", "The answer, I think: 12", "7", "So it is 5..."])
     losses = asyncio.run(
-        format_warmup(client, tokenizer, _Environment(), steps=2, batch_size=2, learning_rate=1e-3, seed=0)
+        format_warmup(
+            client, tokenizer, _Environment(), steps=2, batch_size=2, learning_rate=1e-3, seed=0, min_tokens=20
+        )
     )
     assert losses == [2.0, 2.0] and [len(batch) for batch in client.trained] == [2, 2]
     pairs = [_trained_text(tokenizer, d) for batch in client.trained for d in batch]
@@ -107,15 +122,17 @@ def test_the_warmup_trains_the_tag_on_the_environments_own_prompts():
         tokenizer.decode(prompt_tokens(tokenizer, messages)) == pairs[0][0]
     )  # the prompt, as the environment renders it
     assert SYSTEM in pairs[0][0] and "What is 1 + 1?" in pairs[0][0]
-    # "no idea" holds no number and is skipped: asked again, from the environment's next items
-    assert [answer for _, answer in pairs] == ["<answer>4</answer>", "<answer>12</answer>"] * 2
-    assert len(client.prompts) == 6
+    # skipped, and asked again from the environment's next items: "no idea" (no number) and "7" (its target,
+    # 16 of this tokenizer's tokens and the end of turn, is under min_tokens); one cut at the length is kept
+    targets = ["So 3 + 1 is 4.\n<answer>4</answer>", "The answer, I think: 12\n<answer>12</answer>"]
+    assert [answer for _, answer in pairs] == [*targets, "So it is 5...\n<answer>5</answer>", targets[0]]
+    assert len(client.prompts) == 6  # 4 asked, then 2 for the two skipped
 
 
 def test_a_model_that_never_writes_a_number_is_told_in_one_line():
     tokenizer = load_tokenizer("gemlab/tiny-chat")
     client = _Client(tokenizer, ["no idea"])
-    with pytest.raises(ValueError, match="wrote a number in only 0 of 16 answers; 4 needed"):
+    with pytest.raises(ValueError, match="only 0 of 16 answers held a number and made 10 tokens tagged; 4 needed"):
         asyncio.run(format_warmup(client, tokenizer, _Environment(), steps=1, batch_size=4, learning_rate=1e-3, seed=0))
     assert not client.trained
 

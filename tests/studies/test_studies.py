@@ -563,3 +563,19 @@ def test_arm_patterns_choose_the_runs_of_a_study(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("smollm2-gamma: 16 runs;")  # 8 seeds x 2 arms
     assert reproduce_gem.main([*root, "--arm", "smollm2-hard-*"]) == 2
     assert capsys.readouterr().err == "reproduce_gem: no arm of smollm2-gamma matches smollm2-hard-*\n"
+
+
+def test_ctrl_c_during_the_runs_says_how_to_resume_in_one_line(tmp_path, capsys, monkeypatch):
+    reproduce_gem = _reproduce_gem()
+
+    def interrupted(runs, **_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reproduce_gem, "run_studies", interrupted)
+    code = reproduce_gem.main(["--study", "smollm2-gamma", "--seeds", "0", "--root", str(tmp_path)])
+    assert code == 130
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "reproduce_gem: interrupted; run the same command again: finished runs are skipped, "
+        "unfinished ones resume from their last checkpoint"
+    )
