@@ -4,7 +4,7 @@ Registers with atroposlib's ``run-api`` (``start_api=true`` starts one), serves 
 OpenAI/SGLang/vLLM-compatible endpoint for the environments, trains on every ``/batch`` until
 ``max_steps``, then writes the learning curve next to ``metrics.jsonl``. Bad input is one line
 and exit status 2; Ctrl-C or SIGTERM finishes or rolls back the step in flight, saves a
-checkpoint and prints how to resume (exit 130 or 143).
+checkpoint and prints how to resume (exit 130 or 143); a signal sent again meanwhile is only answered.
 """
 
 from __future__ import annotations
@@ -26,6 +26,23 @@ if TYPE_CHECKING:
 
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+class Stopper:
+    """The SIGINT/SIGTERM handler: the first signal cancels the run's task; one sent again (an impatient
+    Ctrl-C), or once the run is finishing, is only answered, so saving and closing are never cut short."""
+
+    def __init__(self, task: asyncio.Task | None) -> None:
+        self.task, self.names, self.finishing, self.answered = task, list[str](), False, False
+
+    def __call__(self, signum: int) -> None:
+        self.names.append(signal.Signals(signum).name)
+        if len(self.names) == 1 and not self.finishing:
+            if self.task is not None:
+                self.task.cancel()
+        elif not self.answered:
+            self.answered = True
+            say(f"gemlab.atropos: {self.names[-1]}: still stopping, the run's files are being written; please wait")
 
 
 async def main_async(argv: list[str]) -> int:
@@ -57,16 +74,10 @@ async def main_async(argv: list[str]) -> int:
         say(f"gemlab.atropos: started run-api at {config.api_url} (process {api_process.pid})")
     trainer = AtroposTrainer(config, service, say=say)
     resume = "python -m gemlab.atropos " + " ".join(map(shlex.quote, argv))
-    task = asyncio.current_task()
-    stopped: list[str] = []
+    stopper = Stopper(asyncio.current_task())
     loop = asyncio.get_running_loop()
-    def stop(signum: int) -> None:
-        stopped.append(signal.Signals(signum).name)
-        if task:
-            task.cancel()
-
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop, signum)
+        loop.add_signal_handler(signum, stopper, signum)
     try:
         try:
             await trainer.open()
@@ -86,8 +97,9 @@ async def main_async(argv: list[str]) -> int:
             f"--openai.tokenizer_name {tokenizer_dir} --env.tokenizer_name {tokenizer_dir}"
         )
         await trainer.run(on_step=lambda m: say(_line(m)))
+        stopper.finishing = True
     except asyncio.CancelledError:
-        name = stopped[-1] if stopped else "SIGINT"
+        name = stopper.names[0] if stopper.names else "SIGINT"
         say(f"gemlab.atropos: {name}: {await _stop(trainer, resume)}")
         return 143 if name == "SIGTERM" else 130
     except ApiError as error:
@@ -98,10 +110,8 @@ async def main_async(argv: list[str]) -> int:
         say(f"gemlab.atropos: step {trainer.step_index} failed ({reason}); {await _stop(trainer, resume)}")
         return 1
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
         if api_process is not None:
-            stop_api(api_process)
+            await asyncio.to_thread(stop_api, api_process)
     await trainer.close()
     _plots(trainer)
     return 0
@@ -158,7 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     if any(arg in ("-h", "--help", "help") for arg in args):
         print(help_text())
         return 0
-    return asyncio.run(main_async(args))
+    try:
+        return asyncio.run(main_async(args))
+    finally:  # the loop's handlers are gone: a late signal must not cut the exit short
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

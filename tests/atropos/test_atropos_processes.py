@@ -153,3 +153,34 @@ def _answers(url: str) -> bool:
         return httpx.get(f"{url}/", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_signals_sent_again_while_the_trainer_stops_change_nothing(tmp_path: Path) -> None:
+    """SIGTERM, then more while the trainer is stopping (an impatient Ctrl-C): one line for the first,
+    one for each repeat, no traceback, exit 143, and the run-api it started is gone."""
+    api_port = free_port()
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "gemlab.atropos", f"api_url=http://127.0.0.1:{api_port}", f"serve_port={free_port()}",
+         "start_api=true", f"log_dir={tmp_path}", "run_name=stop", "batch_timeout=300", "poll_seconds=0.2"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert trainer.stdout is not None
+        for line in trainer.stdout:
+            if "serving" in line:  # registered with run-api and waiting for the first batch
+                break
+        for _ in range(20):
+            if trainer.poll() is not None:
+                break
+            trainer.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+        out, _ = trainer.communicate(timeout=120)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    assert trainer.returncode == 143, out
+    assert "Traceback" not in out and "Error" not in out, out
+    assert "gemlab.atropos: SIGTERM: stopped before the first step; nothing to save" in out, out
+    assert out.count("still stopping") <= 1, out  # a repeat is answered once, not once per signal
+    assert not _answers(f"http://127.0.0.1:{api_port}"), "the run-api it started is still up"
