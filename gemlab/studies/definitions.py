@@ -33,6 +33,12 @@
   warm-up on its own answers in place of the one on its own code, 64 episodes a step in both (the tool's
   are two turns, so its batch is 128 transitions), on ``SMOLLM2_GAMMA_SEEDS``; scored on the same 64
   held-out products. Contrast: success, with the tool minus without.
+- ``smollm2-tuning`` and ``smollm2-algorithms``: the methods on a real language model, multi-turn (issue 56):
+  ``preset=smollm2-guess`` on the easy game (the game as one conversation, where ReBN's per-turn returns and
+  GRPO's per-game totals differ) with its GRPO advantages (groups of 16 games of one secret number), with
+  ReBN, and with raw returns (REINFORCE), both at the preset's gamma 0.9. ``smollm2-tuning`` sweeps
+  ``SMOLLM2_LEARNING_RATES`` on ``TUNING_SEEDS``; ``smollm2-algorithms`` runs each method at the rate that
+  won there, on ``SMOLLM2_GAMMA_SEEDS``. Contrasts: wins on the 64 fixed games, ReBN minus each baseline.
 
 Seeds are paired across arms: seed ``s`` of every arm starts from the same LoRA initialization and
 draws from the same seed derivation, so contrasts are paired differences by seed. Every run also
@@ -62,16 +68,36 @@ from gemlab.env_ids import (
 )
 from gemlab.tiny.registry import TINY, TINY_GUESS20, TINY_PRODUCTS, TINY_SUMS
 
-STUDIES = ("gamma", "tuning", "algorithms", "smollm2", "smollm2-gamma", "smollm2-tool-use")
+STUDIES = (
+    "gamma",
+    "tuning",
+    "algorithms",
+    "smollm2",
+    "smollm2-gamma",
+    "smollm2-tool-use",
+    "smollm2-tuning",
+    "smollm2-algorithms",
+)
+TUNED_BY = {"algorithms": "tuning", "smollm2-algorithms": "smollm2-tuning"}  # a study -> its learning-rate sweep
 LAPTOP_STUDIES = STUDIES[:3]  # the gemlab/tiny studies: what reproduce_gem.py runs unless told
 SEEDS = tuple(range(10))  # per arm, paired by seed across arms (issue 22: at least 10)
 SMOLLM2_SEEDS = tuple(range(5))  # per method of the smollm2 study (a run costs ~40x a tiny one)
 SMOLLM2_GAMMA_SEEDS = tuple(range(8))  # per discount of the smollm2-gamma study (issue 56: at least 8 paired)
 TUNING_SEEDS = (100, 101)  # the learning-rate sweep's own seeds, never used for the comparison
 # per run; the gamma study converges by ~150
-STEPS = {"gamma": 150, "tuning": 40, "algorithms": 100, "smollm2": 20, "smollm2-gamma": 16, "smollm2-tool-use": 8}
+STEPS = {
+    "gamma": 150,
+    "tuning": 40,
+    "algorithms": 100,
+    "smollm2": 20,
+    "smollm2-gamma": 16,
+    "smollm2-tool-use": 8,
+    "smollm2-tuning": 16,
+    "smollm2-algorithms": 16,
+}
 GAMMAS = (0.5, 0.9, 1.0)
 LEARNING_RATES = (1e-3, 2e-3, 4e-3)  # the sweep; the laptop preset's 2e-3 is the middle
+SMOLLM2_LEARNING_RATES = (2.5e-4, 5e-4, 1e-3)  # smollm2-tuning's; the SmolLM2 presets' 5e-4 is the middle
 EVAL_EVERY = 10  # steps between evaluations on the fixed set (and always at the last step)
 EVAL_GAMES = 32  # games (or problems) in the fixed set, each played sampled and greedy
 # Shared by every run: the laptop preset (gemlab/tiny family, lr 2e-3, LoRA rank 8) at batch 64.
@@ -169,7 +195,22 @@ CONTRASTS: dict[str, list[Contrast]] = {
         for metric in ("turns_per_won_game", "success")
     ],
     "smollm2-tool-use": [Contrast("smollm2-tool", "smollm2-no-tool", "success")],
+    "smollm2-algorithms": [
+        Contrast("smollm2-game-rebn", f"smollm2-game-{baseline}", "success") for baseline in ("reinforce", "grpo")
+    ],
 }
+
+
+def tuning_sweep(study: str, environments: Sequence[str] | None = None) -> dict[str, dict[float, str]]:
+    """The learning-rate sweep ``study`` (``tuning`` or ``smollm2-tuning``) runs: for each arm of the
+    study it tunes (``"env-method"``, ``"smollm2-game-method"``), each rate's arm in the sweep."""
+    if study == "smollm2-tuning":
+        arms = {f"smollm2-game-{method}": SMOLLM2_LEARNING_RATES for method in SMOLLM2_METHODS}
+    elif study == "tuning":
+        arms = {f"{env}-{method}": LEARNING_RATES for env in environments or ENVIRONMENTS for method in METHODS}
+    else:
+        raise ValueError(f"{study!r} is not a learning-rate sweep: {', '.join(TUNED_BY.values())} are")
+    return {arm: {lr: f"{arm}-lr{lr:g}" for lr in rates} for arm, rates in arms.items()}
 
 
 @dataclass(frozen=True)
@@ -202,10 +243,10 @@ def study_runs(
     environments: Sequence[str] | None = None,
 ) -> list[Run]:
     """Every run of ``study`` under ``<root>/<study>/``, seed by seed (so a partial regeneration
-    already compares every arm on the first seeds). ``learning_rates`` (``"env-method"`` -> rate,
-    from ``best_learning_rates``) is required by ``algorithms``; ``tuning`` uses ``TUNING_SEEDS``,
-    ``smollm2`` ``SMOLLM2_SEEDS``, ``smollm2-gamma`` ``SMOLLM2_GAMMA_SEEDS``; ``eval_games`` defaults to
-    ``EVAL_GAMES`` (SmolLM2's studies: 64)."""
+    already compares every arm on the first seeds). ``learning_rates`` (arm -> rate, from
+    ``best_learning_rates``) is required by ``algorithms`` and ``smollm2-algorithms``; the sweeps use
+    ``TUNING_SEEDS``, ``smollm2`` ``SMOLLM2_SEEDS``, the other SmolLM2 studies ``SMOLLM2_GAMMA_SEEDS``;
+    ``eval_games`` defaults to ``EVAL_GAMES`` (SmolLM2's studies: 64)."""
     if study not in STUDIES:
         raise ValueError(f"Unknown study {study!r}. Known studies: {', '.join(STUDIES)}")
     envs = list(environments or ENVIRONMENTS)
@@ -217,6 +258,8 @@ def study_runs(
         "smollm2": SMOLLM2_SEEDS,
         "smollm2-gamma": SMOLLM2_GAMMA_SEEDS,
         "smollm2-tool-use": SMOLLM2_GAMMA_SEEDS,
+        "smollm2-tuning": TUNING_SEEDS,
+        "smollm2-algorithms": SMOLLM2_GAMMA_SEEDS,
     }
     seeds = list(seeds if seeds is not None else default_seeds.get(study, SEEDS))
     eval_games = eval_games or (SMOLLM2_EVAL_GAMES if study.startswith("smollm2") else EVAL_GAMES)
@@ -260,6 +303,30 @@ def study_runs(
             for seed in seeds
             for arm in SMOLLM2_TOOL_ARMS
         ]
+    if study in ("smollm2-tuning", "smollm2-algorithms"):  # the preset's batch; a fixed step count, so arms pair
+        if study == "smollm2-tuning":
+            arms = [(arm, lr) for arm, sweep in tuning_sweep(study).items() for lr in sweep]
+        else:
+            rates = tuned_rates(study, learning_rates)
+            arms = [(arm, rates[arm]) for arm in tuning_sweep(TUNED_BY[study])]
+        return [
+            Run(
+                make_config(
+                    "smollm2-guess",
+                    **{**base, "batch_size": make_config("smollm2-guess").batch_size},
+                    **SMOLLM2_METHODS[arm.rsplit("-", 1)[1]],
+                    learning_rate=lr,
+                    eval_every=0,
+                    max_minutes=None,
+                    seed=seed,
+                    run_name=f"{arm}-lr{lr:g}-seed{seed}" if study == "smollm2-tuning" else f"{arm}-seed{seed}",
+                ),
+                eval_every,
+                eval_games,
+            )
+            for seed in seeds
+            for arm, lr in arms
+        ]
     if study == "smollm2":  # evaluated by the runner in both modes, so the Trainer's own evaluation is off
         return [
             Run(
@@ -291,22 +358,31 @@ def study_runs(
             for method in METHODS
             for lr in LEARNING_RATES
         ]
-    if learning_rates is None:
-        raise ValueError(
-            "the algorithms study runs each method at its tuned rate: run the tuning study first (best_learning_rates)"
-        )
-    missing = [f"{env}-{method}" for env in envs for method in METHODS if f"{env}-{method}" not in learning_rates]
-    if missing:
-        raise ValueError(f"no tuned learning rate for {', '.join(missing)}: finish the tuning study first")
+    rates = tuned_rates(study, learning_rates, envs)
     return [
         run(
             f"{env}-{method}",
             seed,
             **ENVIRONMENTS[env],
             **METHODS[method],
-            learning_rate=learning_rates[f"{env}-{method}"],
+            learning_rate=rates[f"{env}-{method}"],
         )
         for seed in seeds
         for env in envs
         for method in METHODS
     ]
+
+
+def tuned_rates(
+    study: str, learning_rates: Mapping[str, float] | None, environments: Sequence[str] | None = None
+) -> Mapping[str, float]:
+    """``learning_rates`` if it has a rate for every arm ``study`` tunes, else one line on what to run first."""
+    sweep = TUNED_BY[study]
+    if learning_rates is None:
+        raise ValueError(
+            f"the {study} study runs each method at its tuned rate: run the {sweep} study first (best_learning_rates)"
+        )
+    missing = [arm for arm in tuning_sweep(sweep, environments) if arm not in learning_rates]
+    if missing:
+        raise ValueError(f"no tuned learning rate for {', '.join(missing)}: finish the {sweep} study first")
+    return learning_rates

@@ -26,12 +26,13 @@ from gemlab.studies.definitions import (
     CONTRASTS,
     ENVIRONMENT_TITLES,
     ENVIRONMENTS,
-    LEARNING_RATES,
     METHOD_LABELS,
     METHODS,
     SMOLLM2_GAMES,
     SMOLLM2_LABELS,
     SMOLLM2_TOOL_LABELS,
+    TUNED_BY,
+    tuning_sweep,
 )
 from gemlab.studies.evaluation import read_evaluations
 from gemlab.studies.guessing import binary_search, fixed_games, guessing_habits, random_consistent, read_guesses
@@ -51,6 +52,8 @@ TABLE_METRICS = {
     "smollm2": ("success",),
     "smollm2-gamma": ("success", "turns_per_won_game", "turns_per_game"),
     "smollm2-tool-use": ("success", "turns_per_game"),  # 2 turns: the tool was called
+    "smollm2-tuning": ("success",),
+    "smollm2-algorithms": ("success", "turns_per_won_game", "turns_per_game"),
 }
 ALPHA = 0.05
 
@@ -247,23 +250,23 @@ def aggregate_table(folder: str | Path, *, source: str = "auto") -> pd.DataFrame
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("method")
 
 
-def best_learning_rates(folder: str | Path, *, source: str = "auto") -> dict[str, float]:
-    """``"env-method"`` -> the learning rate of the tuning study with the highest mean success
-    over the tuning seeds, for every env and method whose whole sweep has finished."""
+def best_learning_rates(folder: str | Path, study: str = "tuning", *, source: str = "auto") -> dict[str, float]:
+    """Arm (``"env-method"``, ``"smollm2-game-method"``) -> the learning rate of the sweep ``study`` in
+    ``folder`` with the highest mean success over its seeds, for every arm whose whole sweep has finished."""
     folder = Path(folder)
+    tuned = next(name for name, sweep in TUNED_BY.items() if sweep == study)
     if not folder.exists():
         raise FileNotFoundError(
-            f"no tuning study under {folder}: run `--study tuning` first (the algorithms study uses its rates)"
+            f"no {study} study under {folder}: run `--study {study}` first (the {tuned} study uses its rates)"
         )
     arms, _ = arm_outcomes(folder, "success", source)
     best = {}
-    for env in ENVIRONMENTS:
-        for method in METHODS:
-            scores = {lr: arms.get(f"{env}-{method}-lr{lr:g}") for lr in LEARNING_RATES}
-            if all(scores.values()):
-                best[f"{env}-{method}"] = max(LEARNING_RATES, key=lambda lr: np.mean(list((scores[lr] or {}).values())))
+    for arm, sweep in tuning_sweep(study).items():
+        scores = {lr: arms.get(name) for lr, name in sweep.items()}
+        if all(scores.values()):
+            best[arm] = max(sweep, key=lambda lr: np.mean(list((scores[lr] or {}).values())))
     if not best:
-        raise FileNotFoundError(f"the tuning study under {folder} has no finished sweep: run `--study tuning` first")
+        raise FileNotFoundError(f"the {study} study under {folder} has no finished sweep: run `--study {study}` first")
     return best
 
 
@@ -432,27 +435,27 @@ def algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
     return fig
 
 
-def tuning_figure(folder: str | Path) -> Any:
-    """Success (the tuning source) against learning rate, one line per method, one panel per environment."""
+def tuning_figure(folder: str | Path, study: str = "tuning") -> Any:
+    """Success (the tuning source) against learning rate, one line per method, one panel per environment
+    (the SmolLM2 sweep: one panel, its game)."""
     arms, source = arm_outcomes(folder, "success")
-    envs = [env for env in ENVIRONMENTS if any(arm.startswith(f"{env}-") for arm in arms)]
-    fig, axes = _env_panels(len(envs), 6.5, 4)
-    for ax, env in zip(axes, envs, strict=True):
-        for method in METHODS:
-            points = [
-                (lr, np.mean(list(arms[f"{env}-{method}-lr{lr:g}"].values())))
-                for lr in LEARNING_RATES
-                if f"{env}-{method}-lr{lr:g}" in arms
-            ]
+    sweep = tuning_sweep(study)
+    if study == "smollm2-tuning":
+        lines = {SMOLLM2_LABELS[arm.rsplit("-", 1)[1]]: arm for arm in sweep}
+        panels = {"GuessTheNumber 1-10, 4 turns (SmolLM2-135M-Instruct)": lines}
+    else:
+        panels = {
+            ENVIRONMENT_TITLES[env]: {METHOD_LABELS[method]: f"{env}-{method}" for method in METHODS}
+            for env in ENVIRONMENTS
+            if any(arm.startswith(f"{env}-") for arm in arms)
+        }
+    fig, axes = _env_panels(len(panels), 6.5, 4)
+    for ax, (title, lines) in zip(axes, panels.items(), strict=True):
+        for label, tuned in lines.items():
+            points = [(lr, np.mean(list(arms[name].values()))) for lr, name in sweep[tuned].items() if name in arms]
             if points:
-                ax.plot(*zip(*points, strict=True), marker="o", label=METHOD_LABELS[method])
-        ax.set(
-            xscale="log",
-            xlabel="learning rate",
-            ylabel=f"success ({source})",
-            title=ENVIRONMENT_TITLES[env],
-            ylim=(0, 1.02),
-        )
+                ax.plot(*zip(*points, strict=True), marker="o", label=label)
+        ax.set(xscale="log", xlabel="learning rate", ylabel=f"success ({source})", title=title, ylim=(0, 1.02))
         ax.legend()
     fig.suptitle("Learning-rate sweep (tuning seeds only)")
     return fig
@@ -505,6 +508,19 @@ def smollm2_tool_figure(folder: str | Path, *, smoothing: int = 1) -> Any:
     )
 
 
+def smollm2_algorithms_figure(folder: str | Path, *, smoothing: int = 5) -> Any:
+    """SmolLM2's three advantages on the easy game, each at its tuned rate: training games, then the
+    64 fixed games."""
+    return _arms_figure(
+        folder,
+        {f"smollm2-game-{method}": label for method, label in SMOLLM2_LABELS.items()},
+        "Training games (GuessTheNumber 1-10, 4 turns)",
+        "64 fixed games",
+        "SmolLM2-135M-Instruct on the game, multi-turn: which advantage (each at its tuned rate)",
+        smoothing,
+    )
+
+
 FIGURES = {
     "gamma": gamma_figure,
     "tuning": tuning_figure,
@@ -512,4 +528,6 @@ FIGURES = {
     "smollm2": smollm2_figure,
     "smollm2-gamma": smollm2_gamma_figure,
     "smollm2-tool-use": smollm2_tool_figure,
+    "smollm2-tuning": lambda folder: tuning_figure(folder, "smollm2-tuning"),
+    "smollm2-algorithms": smollm2_algorithms_figure,
 }

@@ -16,7 +16,8 @@ its last integer in ``<answer>`` tags). Each answer is scored as the environment
 per seed and stage: answers with exactly one tag, answers cut at the length (the environment zeroes
 their advantage), answers it keeps (10 trained tokens or more), mean score, groups whose scores differ,
 groups it sends to the trainer (scores differ and all answers kept: atroposlib skips a smaller group)
-and groups with a score of 0.5 or more; then after - before over seeds, paired
+groups with a score of 0.5 or more, the median answer's length and how often the higher-scored of two kept
+answers to a problem is the shorter; then after - before over seeds, paired
 (``gemlab.studies.stats``). ``--out`` writes ``seed<N>.json`` with every answer's score and task
 (``--report DIR`` prints them again), and saves each warm-up under ``--states`` for
 ``python -m gemlab.atropos init_state=...``. ``--before-from DIR`` takes the base model's measure from an
@@ -30,7 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import itertools
 import json
+import math
 import os
 import statistics
 import sys
@@ -121,8 +124,17 @@ def summary(rows: list[dict[str, Any]], group_size: int) -> dict[str, float]:
     """The shares of answers with one tag, cut at the length and kept (``kept``), the mean score, the groups
     whose scores differ, those the environment sends on (every answer kept, as atroposlib skips a group of fewer
     than ``group_size``, and scores that differ) and those holding a score of 0.5 or more (a right or half-right
-    answer: reasoning_gym also pays 0.01 for a well-formed wrong one, and some tasks a vanishing partial credit)."""
+    answer: reasoning_gym also pays 0.01 for a well-formed wrong one, and some tasks a vanishing partial credit);
+    the median answer's tokens; and ``shorter_scores_higher``: of the pairs of kept answers to one problem that
+    differ in score and length, the share where the higher score is the shorter answer (above 0.5, a
+    policy gradient on these groups shortens answers)."""
     groups = [rows[i : i + group_size] for i in range(0, len(rows), group_size)]
+    pairs = [
+        (a["score"] > b["score"]) == (a["tokens"] < b["tokens"])
+        for g in groups
+        for a, b in itertools.combinations(filter(kept, g), 2)
+        if a["score"] != b["score"] and a["tokens"] != b["tokens"]
+    ]
     return {
         "one_tag": sum(r["tags"] == 1 for r in rows) / len(rows),
         "cut": sum(r["cut"] for r in rows) / len(rows),
@@ -131,6 +143,8 @@ def summary(rows: list[dict[str, Any]], group_size: int) -> dict[str, float]:
         "groups_with_signal": sum(len({r["score"] for r in g}) > 1 for g in groups) / len(groups),
         "groups_sent_on": sum(all(map(kept, g)) and len({r["score"] for r in g}) > 1 for g in groups) / len(groups),
         "groups_with_a_right_answer": sum(max(r["score"] for r in g) >= 0.5 for g in groups) / len(groups),
+        "median_tokens": statistics.median(r["tokens"] for r in rows),
+        "shorter_scores_higher": statistics.fmean(pairs) if pairs else math.nan,
     }
 
 
@@ -223,7 +237,17 @@ def score_state(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     return {"seed": seed, "state": str(args.state), **provenance(args, start), "scored": scored}
 
 
-KEYS = ("one_tag", "cut", "kept", "score", "groups_with_signal", "groups_sent_on", "groups_with_a_right_answer")
+KEYS = (
+    "one_tag",
+    "cut",
+    "kept",
+    "score",
+    "groups_with_signal",
+    "groups_sent_on",
+    "groups_with_a_right_answer",
+    "median_tokens",
+    "shorter_scores_higher",
+)
 
 
 def stage_line(seed: int, stage: str, measured: dict[str, Any], group_size: int) -> None:
@@ -262,7 +286,11 @@ def report_states(records: list[dict[str, Any]], warmups: list[dict[str, Any]]) 
 def contrasts(later: list[dict[str, Any]], earlier: list[dict[str, Any]], label: str) -> None:
     """``later - earlier`` over the seeds, paired, for each figure."""
     for key in KEYS:
-        print(f"{label}, {key}: {paired_contrast([x[key] for x in later], [x[key] for x in earlier])}")
+        pairs = [(x[key], y[key]) for x, y in zip(later, earlier, strict=True)]
+        if any(math.isnan(value) for pair in pairs for value in pair):  # shorter_scores_higher without a pair
+            print(f"{label}, {key}: not defined in every seed")
+            continue
+        print(f"{label}, {key}: {paired_contrast(*map(list, zip(*pairs, strict=True)))}")
 
 
 def main(argv: list[str] | None = None) -> int:

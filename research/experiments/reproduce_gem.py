@@ -9,11 +9,13 @@ research/notes/studies.md show them).
     python research/experiments/reproduce_gem.py --study smollm2-gamma --jobs 2  # the discount on SmolLM2's game
     python research/experiments/reproduce_gem.py --study smollm2-gamma --arm 'smollm2-easy-*' --jobs 2  # one game
     python research/experiments/reproduce_gem.py --study smollm2-tool-use --eval-every 4 --jobs 2  # the tool or not
+    python research/experiments/reproduce_gem.py --study smollm2-tuning --study smollm2-algorithms --jobs 2  # methods
 
 Order: ``gamma``, then ``tuning`` (the learning-rate sweep on its own seeds), then ``algorithms``
 at each method's tuned rate; ``smollm2`` (the methods on SmolLM2-135M, 5 seeds), ``smollm2-gamma``
 (the discount factor on SmolLM2's GuessTheNumber, 8 seeds) and ``smollm2-tool-use`` (SmolLM2 on
-products with GEM's python tool and without it, 8 seeds) only when named.
+products with GEM's python tool and without it, 8 seeds) and ``smollm2-tuning`` then ``smollm2-algorithms``
+(the methods on SmolLM2's game at rates swept on their own seeds, 8 seeds) only when named.
 Before starting it prints how long the remaining steps should take
 (from step times recorded in ``--root`` or ``data/figures``), then shows one progress bar over
 all steps, then each study's table with 95% intervals and its pre-registered contrasts (paired
@@ -39,7 +41,16 @@ import pandas as pd
 from gemlab.config import Config, check_key, parse_value
 from gemlab.plots import save_figure
 from gemlab.saved_runs import RunFolderError
-from gemlab.studies.definitions import ENVIRONMENTS, LAPTOP_STUDIES, STEPS, STUDIES, TUNING_SEEDS, study_runs
+from gemlab.studies.definitions import (
+    CONTRASTS,
+    ENVIRONMENTS,
+    LAPTOP_STUDIES,
+    STEPS,
+    STUDIES,
+    TUNED_BY,
+    TUNING_SEEDS,
+    study_runs,
+)
 from gemlab.studies.figures import (
     FIGURES,
     aggregate_table,
@@ -84,13 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs="+",
         help="seeds per arm of gamma and algorithms (default 0-9), of smollm2 (default 0-4), "
-        "of smollm2-gamma and smollm2-tool-use (default 0-7)",
+        "of smollm2-gamma, smollm2-tool-use and smollm2-algorithms (default 0-7)",
     )
     parser.add_argument(
         "--tuning-seeds",
         type=int,
         nargs="+",
-        help=f"seeds of the learning-rate sweep (default {list(TUNING_SEEDS)}; keep them apart from --seeds)",
+        help=f"seeds of the learning-rate sweeps (default {list(TUNING_SEEDS)}; keep them apart from --seeds)",
     )
     parser.add_argument("--steps", type=int, help=f"steps per run (default per study: {STEPS})")
     parser.add_argument(
@@ -135,12 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     pd.set_option("display.width", 200)
     schedule = {k: v for k, v in (("eval_every", args.eval_every), ("eval_games", args.eval_games)) if v is not None}
     for study in args.study or LAPTOP_STUDIES:
-        options = dict(steps=args.steps, seeds=args.tuning_seeds if study == "tuning" else args.seeds, **schedule)
+        sweep = study in TUNED_BY.values()
+        options = dict(steps=args.steps, seeds=args.tuning_seeds if sweep else args.seeds, **schedule)
         if study in ("tuning", "algorithms"):
             options["environments"] = args.env
-        if study == "algorithms":
+        if study in TUNED_BY:
             try:
-                options["learning_rates"] = best_learning_rates(Path(args.root) / "tuning")
+                options["learning_rates"] = best_learning_rates(Path(args.root) / TUNED_BY[study], TUNED_BY[study])
             except FileNotFoundError as error:
                 if args.estimate_only:
                     print(f"{study}: no estimate yet ({error})")
@@ -151,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = study_runs(study, args.root, **{k: v for k, v in options.items() if v is not None})
             runs = [dataclasses.replace(run, config=chz.replace(run.config, **overrides)) for run in runs]
         except ValueError as error:
-            if args.estimate_only and study == "algorithms":  # the tuning study is not finished yet
+            if args.estimate_only and study in TUNED_BY:  # its sweep is not finished yet
                 print(f"{study}: no estimate yet ({error})")
                 continue
             print(f"reproduce_gem: {error}", file=sys.stderr)
@@ -199,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             print(outcome_table(folder, source="eval-greedy").round(3).to_string())
         if study == "smollm2-gamma":  # how the greedy players guess: does a lower gamma teach bisection?
             print(guessing_table(folder).to_string())
-        if study != "tuning":
+        if study in CONTRASTS:
             print(contrast_table(folder, study).round(3).to_string())
         print(f"figure: {save_figure(FIGURES[study](folder), f'{args.root}/{study}.png')}")
     return 0

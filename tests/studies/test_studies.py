@@ -32,6 +32,7 @@ from gemlab.studies.definitions import (
     CONTRASTS,
     LEARNING_RATES,
     SMOLLM2_GAMMA_SEEDS,
+    SMOLLM2_LEARNING_RATES,
     SMOLLM2_SEEDS,
     TUNING_SEEDS,
     Run,
@@ -196,6 +197,61 @@ def test_the_smollm2_tool_use_study_pairs_the_tool_preset_with_the_same_products
         assert same[0] == same[1] and tool.seed == seed
         assert (tool.max_minutes, tool.max_steps, tool.eval_every) == (None, 8, 0)  # arms pair by update count
     assert [c.name for c in CONTRASTS["smollm2-tool-use"]] == ["smollm2-tool - smollm2-no-tool: success"]
+
+
+def test_the_smollm2_algorithms_study_tunes_each_advantage_on_its_own_seeds_then_pairs_them_on_the_game():
+    preset = make_config("smollm2-guess")
+    sweep = study_runs("smollm2-tuning", "/x")
+    assert len(sweep) == 3 * len(SMOLLM2_LEARNING_RATES) * len(TUNING_SEEDS)
+    assert not set(TUNING_SEEDS) & set(SMOLLM2_GAMMA_SEEDS)  # rates are chosen on seeds kept out of the comparison
+    assert {(r.config.advantage, r.config.learning_rate) for r in sweep} == {
+        (advantage, lr) for advantage in ("grpo", "rebn", "none") for lr in SMOLLM2_LEARNING_RATES
+    }
+    assert "smollm2-game-rebn-lr0.00025-seed100" in {r.name for r in sweep}
+    with pytest.raises(ValueError, match="run the smollm2-tuning study first"):
+        study_runs("smollm2-algorithms", "/x")
+    with pytest.raises(ValueError, match="for smollm2-game-grpo, smollm2-game-reinforce: finish the smollm2-tuning"):
+        study_runs("smollm2-algorithms", "/x", learning_rates={"smollm2-game-rebn": 1e-3})
+    rates = {"smollm2-game-grpo": 5e-4, "smollm2-game-rebn": 1e-3, "smollm2-game-reinforce": 2.5e-4}
+    runs = study_runs("smollm2-algorithms", "/x", learning_rates=rates)
+    assert len(runs) == 3 * len(SMOLLM2_GAMMA_SEEDS) and len(SMOLLM2_GAMMA_SEEDS) >= 8  # issue 56: 8 paired seeds
+    by_name = {run.name: run.config for run in runs}
+    for seed in SMOLLM2_GAMMA_SEEDS:  # a seed's runs differ in the advantage and its rate, nothing else
+        configs = {arm: by_name[f"{arm}-seed{seed}"] for arm in rates}
+        assert {arm: (c.advantage, c.learning_rate) for arm, c in configs.items()} == {
+            "smollm2-game-grpo": ("grpo", 5e-4),
+            "smollm2-game-rebn": ("rebn", 1e-3),
+            "smollm2-game-reinforce": ("none", 2.5e-4),
+        }
+        differ = {"advantage", "learning_rate", "run_name"}
+        same = [{k: v for k, v in chz.asdict(c).items() if k not in differ} for c in configs.values()]
+        assert same[0] == same[1] == same[2] and same[0]["seed"] == seed
+    config = runs[0].config  # the preset's game, batch, groups and gamma; a fixed step count
+    assert (config.env_id, config.eval_env_id, config.model_name) == (GUESS_EASY, GUESS_EASY, preset.model_name)
+    assert (config.batch_size, config.group_size, config.gamma) == (128, preset.group_size, preset.gamma)
+    assert (config.max_minutes, config.max_steps, config.eval_every, runs[0].eval_games) == (None, 16, 0, 64)
+    assert [c.name for c in CONTRASTS["smollm2-algorithms"]] == [
+        "smollm2-game-rebn - smollm2-game-reinforce: success",
+        "smollm2-game-rebn - smollm2-game-grpo: success",
+    ]
+
+
+def test_the_smollm2_sweep_picks_each_advantages_rate_and_draws_it(tmp_path):
+    root = tmp_path / "smollm2-tuning"
+    best = {"grpo": 5e-4, "rebn": 1e-3}
+    for seed in TUNING_SEEDS:
+        for method, lr_best in best.items():
+            for lr in SMOLLM2_LEARNING_RATES:
+                won = 0.8 if lr == lr_best else 0.4 + seed / 1000
+                _fake_run(root, f"smollm2-game-{method}-lr{lr:g}", seed, [0.0] * 3, evaluation=won)
+    _fake_run(root, "smollm2-game-reinforce-lr0.001", 100, [0.0] * 3, evaluation=1.0)  # its sweep is unfinished
+    assert best_learning_rates(root, "smollm2-tuning") == {"smollm2-game-grpo": 5e-4, "smollm2-game-rebn": 1e-3}
+    with pytest.raises(FileNotFoundError, match="run `--study smollm2-tuning` first"):
+        best_learning_rates(tmp_path / "missing", "smollm2-tuning")
+    (ax,) = FIGURES["smollm2-tuning"](root).axes
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert lines["REINFORCE + ReBN"] == pytest.approx([0.5005, 0.5005, 0.8])  # per rate, mean over seeds 100, 101
+    assert sorted(lines) == ["GRPO (groups of 16, the preset)", "REINFORCE (raw returns)", "REINFORCE + ReBN"]
 
 
 def test_the_1_to_20_game_in_7_turns_is_gems_game_with_those_bounds():
@@ -563,6 +619,13 @@ def test_arm_patterns_choose_the_runs_of_a_study(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("smollm2-gamma: 16 runs;")  # 8 seeds x 2 arms
     assert reproduce_gem.main([*root, "--arm", "smollm2-hard-*"]) == 2
     assert capsys.readouterr().err == "reproduce_gem: no arm of smollm2-gamma matches smollm2-hard-*\n"
+    sweeps = ["--study", "smollm2-tuning", "--study", "smollm2-algorithms", "--estimate-only", "--root", str(tmp_path)]
+    assert reproduce_gem.main(sweeps) == 0  # 3 advantages x 3 rates x 2 tuning seeds; no rates yet for the comparison
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("smollm2-tuning: 18 runs;")
+    folder = tmp_path / "smollm2-tuning"
+    assert out[1].startswith(f"smollm2-algorithms: no estimate yet (no smollm2-tuning study under {folder}: run")
+    assert out[1].endswith("smollm2-tuning` first (the smollm2-algorithms study uses its rates))")
 
 
 def test_ctrl_c_during_the_runs_says_how_to_resume_in_one_line(tmp_path, capsys, monkeypatch):
