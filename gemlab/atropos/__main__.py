@@ -103,13 +103,16 @@ async def main_async(argv: list[str]) -> int:
         say(f"gemlab.atropos: {name}: {await _stop(trainer, resume)}")
         return 143 if name == "SIGTERM" else 130
     except ApiError as error:
+        stopper.finishing = True
         say(f"gemlab.atropos: step {trainer.step_index}: {error}; {await _stop(trainer, resume)}")
         return 1
     except Exception as error:  # noqa: BLE001  (the sampler, the disk, the backend: keep what is done, say how to go on)
+        stopper.finishing = True
         reason = os_reason(error) if isinstance(error, OSError) else f"{type(error).__name__}: {error}"
         say(f"gemlab.atropos: step {trainer.step_index} failed ({reason}); {await _stop(trainer, resume)}")
         return 1
     finally:
+        stopper.finishing = True
         if api_process is not None:
             await asyncio.to_thread(stop_api, api_process)
     await trainer.close()
