@@ -176,11 +176,15 @@ def main(argv: list[str] | None = None) -> int:
         seconds, unknown = estimate_seconds(
             runs, (Path(args.root) / study, *REFERENCES), jobs=max(args.jobs, args.concurrency)
         )
-        note = f" (no recorded step time for {', '.join(unknown)}: left out)" if unknown else ""
-        print(
-            f"{study}: {len(runs)} runs; the remaining steps should take about {format_duration(seconds)} with "
-            f"{max(args.jobs, args.concurrency)} job(s){note}"
-        )
+        jobs = max(args.jobs, args.concurrency)
+        if unknown and len(unknown) == len({run.arm for run in runs}):
+            print(f"{study}: {len(runs)} runs; no estimate: no step time is recorded for any of its arms")
+        else:
+            note = f" (no recorded step time for {', '.join(unknown)}: left out)" if unknown else ""
+            print(
+                f"{study}: {len(runs)} runs; the remaining steps should take about {format_duration(seconds)} with "
+                f"{jobs} job(s){note}"
+            )
         if args.estimate_only:
             continue
         start = time.time()

@@ -610,8 +610,9 @@ def test_the_gamma_outcomes_figure_puts_each_seeds_last_evaluation_beside_its_me
     assert legend == ["binary search: 2.90", "random consistent: 2.81"]
 
 
-def test_arm_patterns_choose_the_runs_of_a_study(tmp_path, capsys):
+def test_arm_patterns_choose_the_runs_of_a_study(tmp_path, capsys, monkeypatch):
     reproduce_gem = _reproduce_gem()
+    monkeypatch.setattr(reproduce_gem, "REFERENCES", ())  # no recorded step times but the study's own
     root = ["--study", "smollm2-gamma", "--estimate-only", "--root", str(tmp_path)]
     assert reproduce_gem.main(root) == 0
     assert capsys.readouterr().out.startswith("smollm2-gamma: 48 runs;")  # 8 seeds x 3 discounts x 2 games
@@ -622,7 +623,7 @@ def test_arm_patterns_choose_the_runs_of_a_study(tmp_path, capsys):
     sweeps = ["--study", "smollm2-tuning", "--study", "smollm2-algorithms", "--estimate-only", "--root", str(tmp_path)]
     assert reproduce_gem.main(sweeps) == 0  # 3 advantages x 3 rates x 2 tuning seeds; no rates yet for the comparison
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("smollm2-tuning: 18 runs;")
+    assert out[0] == "smollm2-tuning: 18 runs; no estimate: no step time is recorded for any of its arms"
     folder = tmp_path / "smollm2-tuning"
     assert out[1].startswith(f"smollm2-algorithms: no estimate yet (no smollm2-tuning study under {folder}: run")
     assert out[1].endswith("smollm2-tuning` first (the smollm2-algorithms study uses its rates))")
