@@ -304,11 +304,11 @@ def study_runs(
             for arm in SMOLLM2_TOOL_ARMS
         ]
     if study in ("smollm2-tuning", "smollm2-algorithms"):  # the preset's batch; a fixed step count, so arms pair
-        if study == "smollm2-tuning":
-            arms = [(arm, lr) for arm, sweep in tuning_sweep(study).items() for lr in sweep]
+        if study == "smollm2-tuning":  # (the run's arm, the arm it tunes, its rate)
+            arms = [(name, arm, lr) for arm, sweep in tuning_sweep(study).items() for lr, name in sweep.items()]
         else:
             rates = tuned_rates(study, learning_rates)
-            arms = [(arm, rates[arm]) for arm in tuning_sweep(TUNED_BY[study])]
+            arms = [(arm, arm, rates[arm]) for arm in tuning_sweep(TUNED_BY[study])]
         return [
             Run(
                 make_config(
@@ -319,13 +319,13 @@ def study_runs(
                     eval_every=0,
                     max_minutes=None,
                     seed=seed,
-                    run_name=f"{arm}-lr{lr:g}-seed{seed}" if study == "smollm2-tuning" else f"{arm}-seed{seed}",
+                    run_name=f"{name}-seed{seed}",
                 ),
                 eval_every,
                 eval_games,
             )
             for seed in seeds
-            for arm, lr in arms
+            for name, arm, lr in arms
         ]
     if study == "smollm2":  # evaluated by the runner in both modes, so the Trainer's own evaluation is off
         return [
