@@ -128,10 +128,10 @@ async def format_warmup(
     """``steps`` cross-entropy steps of ``batch_size`` (prompt, ``answer\n<answer>N</answer>``) examples
     from the model's own answers to ``env``'s prompts, all asked of the weights as they were before; the
     mean loss per answer token of each step. An answer cut at ``OWN_TOKENS`` is kept as cut (half of
-    SmolLM2's run longer); one whose target with its end-of-turn token is shorter than ``min_tokens``
-    is not used. Raises ``ValueError`` when fewer than
-    one answer in ``max_asked`` can be used. Prompts of ``max_prompt_tokens`` or more are left out, as the
-    environment leaves them out (reasoning_gym's: its ``max_token_length``)."""
+    SmolLM2's run longer); one whose target with its end-of-turn token is shorter than ``min_tokens`` is
+    not used. Raises ``ValueError`` when fewer than one answer in ``max_asked`` can be used. Prompts of
+    ``max_prompt_tokens`` or more are left out, as the environment leaves them out (reasoning_gym's: its
+    ``max_token_length``)."""
     wanted = steps * batch_size
     sampler = await training_client.save_weights_and_get_sampling_client_async()
     end = end_of_turn_ids(tokenizer)[:1]
