@@ -33,16 +33,17 @@ class Stopper:
     Ctrl-C), or once the run is finishing, is only answered, so saving and closing are never cut short."""
 
     def __init__(self, task: asyncio.Task | None) -> None:
-        self.task, self.names, self.finishing, self.answered = task, list[str](), False, False
+        self.task, self.first, self.finishing, self.answered = task, "", False, False
 
     def __call__(self, signum: int) -> None:
-        self.names.append(signal.Signals(signum).name)
-        if len(self.names) == 1 and not self.finishing:
+        name = signal.Signals(signum).name
+        if not self.first and not self.finishing:
+            self.first = name
             if self.task is not None:
                 self.task.cancel()
         elif not self.answered:
             self.answered = True
-            say(f"gemlab.atropos: {self.names[-1]}: still stopping, the run's files are being written; please wait")
+            say(f"gemlab.atropos: {name}: still stopping, the run's files are being written; please wait")
 
 
 async def main_async(argv: list[str]) -> int:
@@ -99,7 +100,7 @@ async def main_async(argv: list[str]) -> int:
         await trainer.run(on_step=lambda m: say(_line(m)))
         stopper.finishing = True
     except asyncio.CancelledError:
-        name = stopper.names[0] if stopper.names else "SIGINT"
+        name = stopper.first or "SIGINT"
         say(f"gemlab.atropos: {name}: {await _stop(trainer, resume)}")
         return 143 if name == "SIGTERM" else 130
     except ApiError as error:

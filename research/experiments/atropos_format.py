@@ -290,7 +290,7 @@ def contrasts(later: list[dict[str, Any]], earlier: list[dict[str, Any]], label:
         if any(math.isnan(value) for pair in pairs for value in pair):  # shorter_scores_higher without a pair
             print(f"{label}, {key}: not defined in every seed")
             continue
-        print(f"{label}, {key}: {paired_contrast(*map(list, zip(*pairs, strict=True)))}")
+        print(f"{label}, {key}: {paired_contrast([x for x, _ in pairs], [y for _, y in pairs])}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -156,8 +156,8 @@ def _answers(url: str) -> bool:
 
 
 def test_signals_sent_again_while_the_trainer_stops_change_nothing(tmp_path: Path) -> None:
-    """SIGTERM, then more while the trainer is stopping (an impatient Ctrl-C): one line for the first,
-    one for each repeat, no traceback, exit 143, and the run-api it started is gone."""
+    """SIGTERM, then more while the trainer is stopping (an impatient Ctrl-C): the stop line for the first,
+    at most one answer to the repeats, no traceback, exit 143, and the run-api it started is gone."""
     api_port = free_port()
     trainer = subprocess.Popen(
         [sys.executable, "-m", "gemlab.atropos", f"api_url=http://127.0.0.1:{api_port}", f"serve_port={free_port()}",
