@@ -456,6 +456,9 @@ def tuning_figure(folder: str | Path, study: str = "tuning") -> Any:
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=label)
         ax.set(xscale="log", xlabel="learning rate", ylabel=f"success ({source})", title=title, ylim=(0, 1.02))
+        rates = sorted({lr for tuned in lines.values() for lr in sweep[tuned]})
+        ax.set_xticks(rates, [f"{lr:g}" for lr in rates], minor=False)  # the swept rates, not 10^k
+        ax.minorticks_off()
         ax.legend()
     fig.suptitle("Learning-rate sweep (tuning seeds only)")
     return fig
